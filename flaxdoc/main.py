@@ -1,0 +1,68 @@
+r"""flaxdoc's entry point: train, pre-train, evaluate and predict from one config.
+
+    python -m flaxdoc.main --config=configs/formnet_a2.py --workdir=/tmp/formnet
+    python -m flaxdoc.main --config=configs/formnet_a2.py:local --workdir=/tmp/x \
+        --config.data.dataset=funsd --config.data.data_dir=/data/funsd
+    python -m flaxdoc.main --config=configs/formnet_a2.py --workdir=/tmp/x --config.mode=eval
+    python -m flaxdoc.main --config=configs/formnet_a2.py --workdir=/tmp/x --config.mode=predict \
+        --config.predict.input=my_docs.jsonl
+
+Multi-host: when launched as several processes (TPU pods, SLURM), JAX's
+distributed runtime is initialised first (`--multihost`, or automatically where
+the cluster environment is detected); each process then reads its own shard of
+the data.
+"""
+
+import logging
+import os
+
+from absl import app, flags
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (path[:arg]).",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and outputs.")
+_MULTIHOST = flags.DEFINE_bool(
+    "multihost", None, "Call jax.distributed.initialize() before anything else. Default: when "
+    "JAX_COORDINATOR_ADDRESS, SLURM_NTASKS>1 or a TPU pod environment is detected.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def _want_distributed() -> bool:
+  if _MULTIHOST.value is not None:
+    return _MULTIHOST.value
+  if os.environ.get("JAX_COORDINATOR_ADDRESS"):
+    return True
+  if int(os.environ.get("SLURM_NTASKS", "1")) > 1:
+    return True
+  return bool(os.environ.get("TPU_WORKER_HOSTNAMES", "").count(","))
+
+
+def main(argv):
+  del argv
+  import jax  # pylint: disable=import-outside-toplevel
+  if _want_distributed():
+    jax.distributed.initialize()
+  logging.getLogger().setLevel(logging.INFO)
+  for noisy in ("absl", "jax._src", "orbax", "grain", "tensorflow_datasets"):
+    logging.getLogger(noisy).setLevel(logging.WARNING)
+  config = _CONFIG.value
+  workdir = _WORKDIR.value
+  logging.info("flaxdoc %s: %d process(es), %d device(s) [%s]", config.mode, jax.process_count(),
+               jax.device_count(), jax.devices()[0].platform)
+  if config.mode in ("train", "pretrain"):
+    from flaxdoc.train import trainer  # pylint: disable=import-outside-toplevel
+    result = trainer.train_and_evaluate(config, workdir)
+    logging.info("done: %s", result)
+  elif config.mode == "eval":
+    from flaxdoc.train import inference  # pylint: disable=import-outside-toplevel
+    inference.run_eval(config, workdir)
+  elif config.mode == "predict":
+    from flaxdoc.train import inference  # pylint: disable=import-outside-toplevel
+    inference.run_predict(config, workdir)
+  else:
+    raise app.UsageError(f"config.mode must be train, pretrain, eval or predict, not {config.mode!r}")
+
+
+if __name__ == "__main__":
+  app.run(main)

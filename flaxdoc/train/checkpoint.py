@@ -1,0 +1,118 @@
+"""Orbax checkpoints: train state + data-iterator state + metadata, maxtext style.
+
+One `CheckpointManager` per workdir (`WORKDIR/checkpoints/<step>/{state,data,meta}`):
+* `state`: the sharded train state (params, optimiser state, step, RNG key), saved
+  asynchronously; restored onto whatever mesh the restoring run uses (the target
+  shardings come from the new run's abstract state).
+* `data`: the input pipeline's iterator state as JSON, so a resumed run sees the
+  same batches an uninterrupted run would have seen.
+* `meta`: JSON with the step and the metrics of the last evaluation.
+
+Retention: the latest `keep` checkpoints plus the best one by `eval/f1`.
+Checkpoints are never pickled (Orbax / TensorStore / JSON only).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+from orbax.checkpoint import checkpoint_managers as ocm
+
+log = logging.getLogger(__name__)
+
+BEST_METRIC = "eval/f1"
+
+
+def make_manager(workdir: str, *, keep: int = 2, keep_best: bool = True,
+                 save_every: int = 1000, async_save: bool = True) -> ocp.CheckpointManager:
+  """A CheckpointManager in `WORKDIR/checkpoints` keeping the latest `keep` (+ best by F1)."""
+  policies: list[ocm.PreservationPolicy] = [ocm.LatestN(n=keep)]
+  if keep_best:
+    policies.append(ocm.BestN(get_metric_fn=lambda m: m.get(BEST_METRIC, float("-inf")), n=1,
+                              keep_checkpoints_without_metrics=False))
+  options = ocp.CheckpointManagerOptions(
+      save_interval_steps=max(int(save_every), 1),
+      preservation_policy=ocm.AnyPreservationPolicy(policies),
+      enable_async_checkpointing=async_save,
+      create=True,
+  )
+  directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
+  return ocp.CheckpointManager(directory, options=options,
+                               item_names=("state", "data", "meta"))
+
+
+def save(manager: ocp.CheckpointManager, step: int, state: Any, *, data_state: dict | None = None,
+         meta: dict | None = None, metrics: dict | None = None, force: bool = False) -> bool:
+  """Starts an (async) save of `state` and the iterator state at `step`."""
+  args = ocp.args.Composite(
+      state=ocp.args.StandardSave(state),
+      data=ocp.args.JsonSave(data_state or {}),
+      meta=ocp.args.JsonSave({"step": int(step), **(meta or {})}),
+  )
+  saved = manager.save(int(step), args=args, metrics=_scalar_metrics(metrics), force=force)
+  if saved:
+    log.info("checkpoint: saving step %d to %s", step, manager.directory)
+  return saved
+
+
+def latest_step(manager: ocp.CheckpointManager) -> int | None:
+  return manager.latest_step()
+
+
+def restore(manager: ocp.CheckpointManager, abstract_state: Any, step: int | None = None
+            ) -> tuple[Any, dict, dict]:
+  """Restores (state, data_state, meta) at `step` (default: latest).
+
+  `abstract_state` is a tree of `jax.ShapeDtypeStruct`s with the *target*
+  shardings, so a checkpoint written on one mesh restores onto another.
+  """
+  step = manager.latest_step() if step is None else step
+  if step is None:
+    raise FileNotFoundError(f"no checkpoint in {manager.directory}")
+  restored = manager.restore(step, args=ocp.args.Composite(
+      state=ocp.args.StandardRestore(abstract_state),
+      data=ocp.args.JsonRestore(),
+      meta=ocp.args.JsonRestore(),
+  ))
+  return restored.state, dict(restored.data or {}), dict(restored.meta or {})
+
+
+def restore_params_only(directory: str, abstract_params: Any, step: int | None = None) -> Any:
+  """Reads only `params` from another run's checkpoint (e.g. pre-training -> fine-tuning).
+
+  `abstract_params` holds the target shapes/shardings of the subset to read;
+  missing parameters (new heads) are left to the caller's initialiser.
+  """
+  mngr = ocp.CheckpointManager(os.path.abspath(os.path.join(directory, "checkpoints"))
+                               if not directory.rstrip("/").endswith("checkpoints") else directory,
+                               item_names=("state", "data", "meta"),
+                               options=ocp.CheckpointManagerOptions(read_only=True))
+  step = mngr.latest_step() if step is None else step
+  if step is None:
+    raise FileNotFoundError(f"no checkpoint in {directory}")
+  target = {"params": abstract_params}
+  restored = mngr.restore(step, args=ocp.args.Composite(
+      state=ocp.args.PyTreeRestore(
+          item=target,
+          restore_args=jax.tree.map(_restore_arg, target),
+          partial_restore=True,
+      )))
+  mngr.close()
+  return restored.state["params"]
+
+
+def _restore_arg(x):
+  sharding = getattr(x, "sharding", None)
+  if sharding is not None:
+    return ocp.ArrayRestoreArgs(sharding=sharding, global_shape=x.shape, dtype=x.dtype)
+  return ocp.RestoreArgs()
+
+
+def _scalar_metrics(metrics: dict | None) -> dict | None:
+  if not metrics:
+    return None
+  return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}

@@ -1,0 +1,117 @@
+"""`eval` and `predict` modes: restore a trained workdir, score a split or tag documents.
+
+`predict` reads documents from a dataset split (`config.predict.input` empty),
+a JSON Lines file (`*.jsonl`) or PDFs (`*.pdf`, when `flaxdoc.data.pdf` is
+available), and writes one JSON object per document with its entities (label,
+text, words, boxes, page, score) to `config.predict.output`
+(default `WORKDIR/predictions.jsonl`), plus optional PNG pictures per page.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+
+import jax
+import ml_collections
+import numpy as np
+
+from flaxdoc import metrics as metrics_lib
+from flaxdoc.train import checkpoint as ckpt_lib
+from flaxdoc.train import evaluate as eval_lib
+from flaxdoc.train import optimizer, setup
+from flaxdoc.train import sharding as sharding_lib
+from flaxdoc.train import state as state_lib
+from flaxdoc.train.input_pipeline import featurize_split
+
+log = logging.getLogger(__name__)
+
+
+def restore_for_inference(config: ml_collections.ConfigDict, workdir: str):
+  """(experiment, params, predict_fn) from the latest checkpoint in `workdir`."""
+  mesh = sharding_lib.make_mesh(dict(config.mesh.shape))
+  rules = sharding_lib.rules_from_config(config.mesh.get("rules"))
+  env = setup.Experiment.create(config)
+  oc = ml_collections.ConfigDict(config.optim.to_dict())
+  oc.total_steps = config.total_steps
+  tx, _ = optimizer.make_optimizer(oc)
+  init_fn = state_lib.make_init_fn(env.model, tx, env.example_batch(1))
+  boxed = jax.eval_shape(init_fn, jax.random.PRNGKey(0))
+  shardings = sharding_lib.logical_shardings(boxed, mesh, rules)
+  from flax import linen as nn  # pylint: disable=import-outside-toplevel
+  abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                          nn.unbox(boxed), shardings)
+  manager = ckpt_lib.make_manager(workdir, async_save=False)
+  if manager.latest_step() is None:
+    raise FileNotFoundError(f"no checkpoint in {workdir}/checkpoints: train first "
+                            f"(python -m flaxdoc.main --config=... --workdir={workdir})")
+  state, _, meta = ckpt_lib.restore(manager, abstract)
+  manager.close()
+  log.info("restored step %d from %s", meta.get("step", -1), workdir)
+  predict = jax.jit(state_lib.make_predict_fn(env.model))
+
+  def predict_fn(batch):
+    with mesh:
+      return np.asarray(predict(state.params, sharding_lib.global_batch(batch, mesh)))
+
+  return env, state.params, predict_fn
+
+
+def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  env, _, predict_fn = restore_for_inference(config, workdir)
+  split = config.data.get("eval_split", "dev")
+  feats = env.featurized(split, progress=True)
+  scores, _ = eval_lib.evaluate_split(feats, predict_fn, env.feature_config,
+                                      config.eval_batch_size, progress=True)
+  report = metrics_lib.format_report(scores)
+  print(f"\n{config.data.dataset} {split}: {len(feats.documents)} documents\n{report}")
+  with open(os.path.join(workdir, f"eval_{split}.json"), "w", encoding="utf-8") as f:
+    json.dump(scores, f, indent=1)
+  return scores
+
+
+def _input_documents(config, env):
+  source = config.predict.get("input") or ""
+  if not source:
+    return env.documents(config.data.get("eval_split", "dev"))
+  if source.endswith(".jsonl"):
+    from flaxdoc.data import jsonl  # pylint: disable=import-outside-toplevel
+    docs, report = jsonl.read_jsonl(source)
+    log.info("%s", report.summary())
+    return docs
+  paths = sorted(glob.glob(source)) if any(c in source for c in "*?[") else [source]
+  if all(p.lower().endswith(".pdf") for p in paths):
+    from flaxdoc.data import pdf  # pylint: disable=import-outside-toplevel
+    return [pdf.read_pdf(p) for p in paths]
+  raise ValueError(f"config.predict.input={source!r}: expected a .jsonl file, PDF file(s), or empty "
+                   "for the dataset's eval split")
+
+
+def run_predict(config: ml_collections.ConfigDict, workdir: str) -> str:
+  env, _, predict_fn = restore_for_inference(config, workdir)
+  docs = _input_documents(config, env)
+  feats = featurize_split(docs, env.tokenizer, env.feature_config, progress=True)
+  preds = eval_lib.predict_split(feats, predict_fn, env.feature_config, config.eval_batch_size,
+                                 progress=True)
+  out = config.predict.get("output") or os.path.join(workdir, "predictions.jsonl")
+  os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+  with open(out, "w", encoding="utf-8") as f:
+    for doc, p in zip(docs, preds):
+      f.write(json.dumps({"id": doc.id, "entities": [eval_lib.entity_json(e, doc)
+                                                      for e in p.entities]}) + "\n")
+  if config.predict.get("draw"):
+    from flaxdoc import viz  # pylint: disable=import-outside-toplevel
+    pic_dir = config.predict.get("draw_dir") or os.path.join(workdir, "predictions")
+    os.makedirs(pic_dir, exist_ok=True)
+    for doc, p in zip(docs, preds):
+      for page in range(doc.num_pages):
+        viz.draw_document(doc, os.path.join(pic_dir, f"{_safe(doc.id)}_p{page}.png"), page=page,
+                          entities=p.entities)
+  print(f"wrote predictions for {len(docs)} documents to {out}")
+  return out
+
+
+def _safe(name: str) -> str:
+  return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:100]

@@ -1,0 +1,95 @@
+"""Metrics to `WORKDIR/metrics.jsonl` and TensorBoard event files, plus a progress bar.
+
+`metrics.jsonl` holds one JSON object per log event, e.g.
+`{"step": 100, "time": 12.3, "train/loss": 0.41, "train/lr": 1e-4}` or
+`{"step": 500, "eval/f1": 0.93, "eval/precision": ..., "eval/recall": ...}`.
+TensorBoard files are written with tensorboardX (no TensorFlow needed). Only
+process 0 writes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from typing import Mapping
+
+import jax
+import numpy as np
+
+
+class MetricsWriter:
+  """Appends scalar metrics to JSON Lines and TensorBoard (process 0 only)."""
+
+  def __init__(self, workdir: str, *, tensorboard: bool = True):
+    self.active = jax.process_index() == 0
+    self.path = os.path.join(workdir, "metrics.jsonl")
+    self._tb = None
+    self._start = time.time()
+    if self.active:
+      os.makedirs(workdir, exist_ok=True)
+      if tensorboard:
+        try:
+          from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
+          self._tb = SummaryWriter(logdir=os.path.join(workdir, "tensorboard"))
+        except ImportError:  # optional: JSON Lines still written
+          self._tb = None
+
+  def write(self, step: int, metrics: Mapping[str, float]):
+    if not self.active:
+      return
+    row = {"step": int(step), "time": round(time.time() - self._start, 3)}
+    for k, v in metrics.items():
+      v = _to_python(v)
+      row[k] = v
+      if self._tb is not None and isinstance(v, (int, float)) and math.isfinite(v):
+        self._tb.add_scalar(k, v, int(step))
+    with open(self.path, "a", encoding="utf-8") as f:
+      f.write(json.dumps(row) + "\n")
+
+  def flush(self):
+    if self._tb is not None:
+      self._tb.flush()
+
+  def close(self):
+    if self._tb is not None:
+      self._tb.close()
+      self._tb = None
+
+
+def read_metrics(workdir: str) -> list[dict]:
+  """All rows of `WORKDIR/metrics.jsonl` (for tests and notebooks)."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.exists(path):
+    return []
+  with open(path, encoding="utf-8") as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def _to_python(v):
+  if isinstance(v, (jax.Array, np.ndarray, np.generic)):
+    v = np.asarray(v)
+    return v.item() if v.size == 1 else v.tolist()
+  return v
+
+
+def make_progress_bar(total: int, initial: int = 0, desc: str = "train"):
+  """A tqdm bar (rate, ETA) on stderr for process 0; a no-op object elsewhere."""
+  if jax.process_index() != 0:
+    return _NullBar()
+  from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
+  return tqdm(total=total, initial=initial, desc=desc, unit="step", dynamic_ncols=True,
+              file=sys.stderr, mininterval=1.0, smoothing=0.1)
+
+
+class _NullBar:
+  def update(self, n=1):
+    pass
+
+  def set_postfix(self, *a, **k):
+    pass
+
+  def close(self):
+    pass

@@ -1,0 +1,87 @@
+"""Optimiser and learning-rate schedule from a config (optax).
+
+AdamW with warm-up then constant / linear / cosine decay, global-norm clipping,
+weight decay masked off biases and LayerNorm scales (as BERT), and gradient
+accumulation via `optax.MultiSteps`.
+"""
+
+from __future__ import annotations
+
+import jax
+import ml_collections
+import optax
+from flax import traverse_util
+
+SCHEDULES = ("constant", "linear", "cosine")
+
+
+def learning_rate_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
+  """Warm-up (linear from 0) then `config.schedule` decay to `config.end_lr_fraction * lr`.
+
+  Reads `lr`, `total_steps`, `warmup_steps` (or `warmup_fraction`), `schedule`
+  and `end_lr_fraction` (default 0).
+  """
+  lr = float(config.lr)
+  total = max(int(config.total_steps), 1)
+  warmup = int(config.get("warmup_steps", 0) or 0)
+  if not warmup and config.get("warmup_fraction", 0.0):
+    warmup = int(round(float(config.warmup_fraction) * total))
+  warmup = min(warmup, total)
+  kind = config.get("schedule", "linear")
+  if kind not in SCHEDULES:
+    raise ValueError(f"config.schedule must be one of {SCHEDULES}, got {kind!r}")
+  end = lr * float(config.get("end_lr_fraction", 0.0))
+  decay_steps = max(total - warmup, 1)
+  if kind == "constant":
+    decay = optax.constant_schedule(lr)
+  elif kind == "linear":
+    decay = optax.linear_schedule(lr, end, decay_steps)
+  else:
+    decay = optax.cosine_decay_schedule(lr, decay_steps, alpha=end / lr if lr else 0.0)
+  if warmup == 0:
+    return decay
+  return optax.join_schedules([optax.linear_schedule(0.0, lr, warmup), decay], [warmup])
+
+
+def decay_mask(params):
+  """True for parameters that get weight decay: kernels and embeddings, not biases or norms."""
+  flat = traverse_util.flatten_dict(params)
+  def wants_decay(path):
+    name = path[-1]
+    under_norm = any("norm" in str(p).lower() or str(p).startswith("LayerNorm") for p in path)
+    return name not in ("bias", "scale") and not under_norm
+  return traverse_util.unflatten_dict({k: wants_decay(k) for k in flat})
+
+
+def make_optimizer(config: ml_collections.ConfigDict) -> tuple[optax.GradientTransformation,
+                                                               optax.Schedule]:
+  """The optimiser of `config.optim` and its schedule (for logging).
+
+  Reads `optim.{name, lr, b1, b2, eps, weight_decay, clip_norm, grad_accum_steps}`
+  plus the schedule fields. `name` is "adamw" (default) or "adam" (FormNet's
+  fine-tuning recipe: Adam without decoupled weight decay).
+  """
+  schedule = learning_rate_schedule(config)
+  name = config.get("name", "adamw")
+  b1, b2, eps = float(config.get("b1", 0.9)), float(config.get("b2", 0.999)), float(config.get("eps", 1e-8))
+  if name == "adamw":
+    opt = optax.adamw(schedule, b1=b1, b2=b2, eps=eps,
+                      weight_decay=float(config.get("weight_decay", 0.01)), mask=decay_mask)
+  elif name == "adam":
+    opt = optax.adam(schedule, b1=b1, b2=b2, eps=eps)
+  else:
+    raise ValueError(f"unknown optimiser {name!r}; expected 'adamw' or 'adam'")
+  chain = []
+  clip = config.get("clip_norm", 1.0)
+  if clip:
+    chain.append(optax.clip_by_global_norm(float(clip)))
+  chain.append(opt)
+  tx = optax.chain(*chain)
+  accum = int(config.get("grad_accum_steps", 1) or 1)
+  if accum > 1:
+    tx = optax.MultiSteps(tx, every_k_schedule=accum)
+  return tx, schedule
+
+
+def global_norm(tree) -> jax.Array:
+  return optax.global_norm(tree)

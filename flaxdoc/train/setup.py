@@ -1,0 +1,127 @@
+"""What every mode needs from a config: tokenizer, feature config, model, data.
+
+`Experiment.create(config)` reads `config.data` and `config.model` once, so the
+train, eval and predict paths build their inputs the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import jax
+import ml_collections
+import numpy as np
+from flax import linen as nn
+
+from flaxdoc.data import datasets, tokenizers
+from flaxdoc.data.document import Document
+from flaxdoc.data.features import FeatureConfig, batch_features, featurize
+from flaxdoc.train import checkpoint as ckpt_lib
+from flaxdoc.train.input_pipeline import FeaturizedSplit, featurize_split
+
+log = logging.getLogger(__name__)
+
+
+def dataset_labels(name: str) -> tuple[str, ...]:
+  if name == "synthetic":
+    from flaxdoc.data.synthetic import LABELS  # pylint: disable=import-outside-toplevel
+    return tuple(LABELS)
+  if name in datasets.LABELS:
+    return datasets.LABELS[name]
+  raise ValueError(f"dataset {name!r} has no built-in label set: set config.data.labels")
+
+
+@dataclasses.dataclass
+class Experiment:
+  config: ml_collections.ConfigDict
+  tokenizer: object
+  feature_config: FeatureConfig
+  model: nn.Module
+  _cache: dict = dataclasses.field(default_factory=dict, repr=False)
+
+  @classmethod
+  def create(cls, config: ml_collections.ConfigDict) -> "Experiment":
+    from flaxdoc import models  # pylint: disable=import-outside-toplevel
+    d = config.data
+    tokenizer = tokenizers.load_tokenizer(d.tokenizer)
+    labels = tuple(d.labels) if d.get("labels") else dataset_labels(d.dataset)
+    if config.mode == "pretrain":
+      labels = ()
+    needs_graph = models.needs_graph(config.model)
+    fc = FeatureConfig(max_len=int(d.max_len), stride=d.get("stride"), split=d.get("split", "window"),
+                       scheme=d.get("scheme", "BIOES"),
+                       label_all_subtokens=d.get("label_all_subtokens", False), labels=labels,
+                       add_special_tokens=d.get("add_special_tokens", True), graph=needs_graph,
+                       graph_max_degree=d.get("graph_max_degree", 8),
+                       graph_variant=d.get("graph_variant", "ball_of_sight"))
+    model = models.build_model(config.model, vocab_size=tokenizer.vocab_size,
+                               num_tags=max(fc.num_tags, 1), max_len=fc.max_len,
+                               pretraining=config.mode == "pretrain",
+                               dtype=config.get("dtype", "float32"))
+    return cls(config, tokenizer, fc, model)
+
+  # ------------------------------------------------------------------ data
+  def documents(self, split: str) -> list[Document]:
+    d = self.config.data
+    options = dict(d.get("dataset_options", {}) or {})
+    docs, report = datasets.load_dataset(d.dataset, split, data_dir=d.get("data_dir") or None,
+                                         **options)
+    if jax.process_index() == 0:
+      log.info("%s", report.summary())
+    limit = d.get(f"max_{split}_docs")
+    return docs[:limit] if limit else docs
+
+  def featurized(self, split: str, progress: bool = False) -> FeaturizedSplit:
+    """The split's documents featurised once (cached per split)."""
+    if split not in self._cache:
+      self._cache[split] = featurize_split(self.documents(split), self.tokenizer,
+                                           self.feature_config, progress)
+    return self._cache[split]
+
+  def example_batch(self, batch_size: int) -> dict:
+    """A batch of the right shapes for `init` (from a tiny synthetic document)."""
+    from flaxdoc.data.synthetic import make_document  # pylint: disable=import-outside-toplevel
+    doc = make_document(0, 0)
+    labels = self.feature_config.labels
+    if labels and doc.entities and any(e.label not in labels for e in doc.entities):
+      doc = doc.replace(entities=None)
+    w = featurize(doc, self.tokenizer, self.feature_config)[0]
+    w = {k: v for k, v in w.items() if k not in ("window_index", "window_start", "subtoken_index")}
+    if self.config.mode == "pretrain":
+      from flaxdoc.data import masking  # pylint: disable=import-outside-toplevel
+      w = masking.pretraining_targets(w, np.random.default_rng(0), self.tokenizer,
+                                      lop_rate=self.config.data.get("lop_rate") or None)
+    return batch_features([w] * max(batch_size, 1))
+
+  # ------------------------------------------------------------- pretrained
+  def load_pretrained(self, directory: str, params, abstract_params):
+    """Encoder weights from a pre-training run; heads absent there stay freshly initialised."""
+    import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+    from flax import traverse_util  # pylint: disable=import-outside-toplevel
+    path = directory if directory.rstrip("/").endswith("checkpoints") else f"{directory}/checkpoints"
+    mngr = ocp.CheckpointManager(path, item_names=("state", "data", "meta"),
+                                 options=ocp.CheckpointManagerOptions(read_only=True))
+    step = mngr.latest_step()
+    if step is None:
+      raise FileNotFoundError(f"config.init_from={directory!r}: no checkpoint found in {path}")
+    meta = mngr.item_metadata(step)
+    mngr.close()
+    source = traverse_util.flatten_dict(_metadata_tree(meta["state"])["params"])
+    target = traverse_util.flatten_dict(abstract_params)
+    shared = {k: v for k, v in target.items() if k in source and tuple(source[k]) == v.shape}
+    new = sorted("/".join(k) for k in target if k not in shared)
+    unused = sorted("/".join(k) for k in source if k not in target)
+    log.info("init_from %s (step %d): %d tensors loaded, %d new (%s), %d unused (%s)", directory,
+             step, len(shared), len(new), ", ".join(new[:8]), len(unused), ", ".join(unused[:8]))
+    loaded = ckpt_lib.restore_params_only(directory, traverse_util.unflatten_dict(shared), step)
+    flat = traverse_util.flatten_dict(params)
+    flat.update(traverse_util.flatten_dict(loaded))
+    return traverse_util.unflatten_dict(flat)
+
+
+def _metadata_tree(meta):
+  """Orbax tree metadata -> nested dict of shapes."""
+  tree = getattr(meta, "tree", meta)
+  return jax.tree.map(lambda m: tuple(m.shape), tree,
+                      is_leaf=lambda m: hasattr(m, "shape") and not isinstance(m, dict))

@@ -1,0 +1,103 @@
+"""Device mesh, logical axis rules and shardings (what used to be called pjit).
+
+The model annotates parameters and activations with *logical* axis names
+(`embed`, `heads`, `mlp`, `vocab`, `activation_batch`, ...). The config maps
+them to *mesh* axes (`data`, `fsdp`, `tensor`) with a list of rules, so data
+parallel, FSDP and tensor parallel are configuration, not code:
+
+    config.mesh.shape = {"data": -1, "fsdp": 1, "tensor": 1}
+    config.mesh.rules = [("activation_batch", ("data", "fsdp")), ("embed", "fsdp"), ...]
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+from flax import linen as nn
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+# Sensible defaults: batch over data+fsdp; parameters' widest dims over fsdp;
+# heads and mlp over tensor. Unlisted logical names are replicated.
+DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
+    ("activation_batch", ("data", "fsdp")),
+    ("activation_length", None),
+    ("activation_embed", "tensor"),
+    ("activation_heads", "tensor"),
+    ("activation_mlp", "tensor"),
+    ("activation_vocab", "tensor"),
+    ("vocab", "tensor"),
+    ("embed", "fsdp"),
+    ("mlp", "tensor"),
+    ("heads", "tensor"),
+    ("kv", None),
+    ("layers", None),
+)
+
+
+def mesh_shape(shape: dict[str, int], num_devices: int | None = None) -> tuple[int, ...]:
+  """Resolves one `-1` entry so the product equals the device count."""
+  num_devices = num_devices or jax.device_count()
+  dims = [int(shape.get(a, 1)) for a in MESH_AXES]
+  if dims.count(-1) > 1:
+    raise ValueError(f"at most one mesh axis may be -1, got {shape}")
+  known = math.prod(d for d in dims if d != -1)
+  if -1 in dims:
+    if num_devices % known:
+      raise ValueError(f"mesh {shape} does not divide {num_devices} devices")
+    dims[dims.index(-1)] = num_devices // known
+  if math.prod(dims) != num_devices:
+    raise ValueError(f"mesh {dict(zip(MESH_AXES, dims))} uses {math.prod(dims)} devices, "
+                     f"but {num_devices} are available")
+  return tuple(dims)
+
+
+def make_mesh(shape: dict[str, int] | None = None, devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """A `(data, fsdp, tensor)` mesh with Auto axis types (the modern pjit setting)."""
+  devices = list(devices) if devices is not None else jax.devices()
+  dims = mesh_shape(shape or {"data": -1}, len(devices))
+  return jax.make_mesh(dims, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES),
+                       devices=devices)
+
+
+def rules_from_config(rules) -> tuple[tuple[str, Any], ...]:
+  if rules is None:
+    return DEFAULT_RULES
+  out = []
+  for name, axes in rules:
+    if isinstance(axes, list):
+      axes = tuple(axes)
+    out.append((str(name), axes))
+  return tuple(out)
+
+
+def logical_shardings(abstract_tree, mesh: Mesh, rules) -> Any:
+  """NamedShardings for a tree of (possibly `nn.Partitioned`) abstract arrays."""
+  specs = nn.get_partition_spec(abstract_tree)
+  return nn.logical_to_mesh_sharding(specs, mesh, rules_from_config(rules))
+
+
+def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
+  """Leading (batch) dim over data and fsdp, the rest replicated."""
+  return NamedSharding(mesh, P(("data", "fsdp"), *([None] * (ndim - 1))))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, P())
+
+
+def global_batch(local: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+  """Process-local numpy batch -> global jax arrays sharded over (data, fsdp).
+
+  Each process passes its own rows; `jax.make_array_from_process_local_data`
+  assembles them into one global array (single-process: just a device_put).
+  """
+  out = {}
+  for k, v in local.items():
+    v = np.asarray(v)
+    out[k] = jax.make_array_from_process_local_data(batch_sharding(mesh, max(v.ndim, 1)), v)
+  return out

@@ -1,0 +1,187 @@
+"""The training loop: fine-tuning (tagging) and pre-training (MLM, 1-LOP).
+
+One readable function, `train_and_evaluate(config, workdir)`, big_vision style:
+data -> model -> sharded state -> (resume) -> loop {step, log, eval, checkpoint}.
+
+Robustness:
+* resume: the latest checkpoint (state + data iterator + RNG) is restored, so a
+  run killed at any point continues exactly where its last checkpoint left it;
+* SIGTERM (preemption): finish the current step, save, exit cleanly;
+* a non-finite loss stops the run with a clear message; the last good
+  checkpoint is kept (the bad state is never saved).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+
+import jax
+import ml_collections
+import numpy as np
+from jax.experimental import multihost_utils
+
+from flaxdoc.train import checkpoint as ckpt_lib
+from flaxdoc.train import evaluate as eval_lib
+from flaxdoc.train import input_pipeline, metrics_writer, optimizer, setup
+from flaxdoc.train import sharding as sharding_lib
+from flaxdoc.train import state as state_lib
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteLossError(RuntimeError):
+  pass
+
+
+class _Preemption:
+  """Turns SIGTERM into a flag the loop checks after each step."""
+
+  def __init__(self):
+    self.requested = False
+    self._old = None
+
+  def __enter__(self):
+    try:
+      self._old = signal.signal(signal.SIGTERM, self._handler)
+    except ValueError:  # not in the main thread (e.g. a notebook worker)
+      self._old = None
+    return self
+
+  def _handler(self, signum, frame):  # pylint: disable=unused-argument
+    log.warning("SIGTERM received: saving a checkpoint and stopping")
+    self.requested = True
+
+  def __exit__(self, *exc):
+    if self._old is not None:
+      signal.signal(signal.SIGTERM, self._old)
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Trains (or pre-trains) per `config.mode`; returns the final metrics."""
+  mode = config.mode
+  if mode not in ("train", "pretrain"):
+    raise ValueError(f"train_and_evaluate handles modes 'train' and 'pretrain', not {mode!r}")
+  os.makedirs(workdir, exist_ok=True)
+  mesh = sharding_lib.make_mesh(dict(config.mesh.shape))
+  rules = sharding_lib.rules_from_config(config.mesh.get("rules"))
+  log.info("mesh %s over %d devices (%d processes)", dict(mesh.shape), jax.device_count(),
+           jax.process_count())
+
+  # --- data
+  env = setup.Experiment.create(config)
+  train_split = env.featurized(config.data.train_split, progress=True)
+  eval_split = (env.featurized(config.data.eval_split, progress=True)
+                if mode == "train" and config.data.get("eval_split") else None)
+  log.info("train: %d documents, %d windows, %d tokens", len(train_split.documents),
+           len(train_split.windows), train_split.num_tokens)
+
+  # --- model and state
+  tx, schedule = optimizer.make_optimizer(_optim_config(config))
+  model = env.model
+  example = env.example_batch(config.batch_size // jax.process_count() or 1)
+  init_fn = state_lib.make_init_fn(model, tx, example)
+  rng = jax.random.PRNGKey(config.seed)
+  state, state_shardings, abstract_state = state_lib.sharded_init(init_fn, rng, mesh, rules)
+  num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
+  log.info("model %s: %s parameters", config.model.name, f"{num_params:,}")
+
+  manager = ckpt_lib.make_manager(workdir, keep=config.get("keep_checkpoints", 2),
+                                  save_every=config.checkpoint_every,
+                                  async_save=config.get("async_checkpoints", True))
+  data_state = None
+  if manager.latest_step() is not None:
+    state, data_state, meta = ckpt_lib.restore(manager, abstract_state)
+    log.info("resumed from step %d (%s)", int(state.step), manager.directory)
+  elif config.get("init_from"):
+    state = state.replace(params=env.load_pretrained(config.init_from, state.params,
+                                                     abstract_state.params))
+
+  train_iter = iter(input_pipeline.train_dataset(
+      train_split, tokenizer=env.tokenizer, config=env.feature_config,
+      global_batch=config.batch_size, seed=config.seed, mode=mode,
+      block_shuffle=config.data.get("block_shuffle", 0.0),
+      neighbour_swap=config.data.get("neighbour_swap", 0.0),
+      mlm_rate=config.data.get("mlm_rate", 0.15), lop_rate=config.data.get("lop_rate", 0.0)))
+  if data_state:
+    train_iter.set_state(data_state)
+
+  first = next(train_iter)
+  batch_shardings = state_lib.batch_shardings_for(first, mesh)
+  train_step = state_lib.jit_train_step(
+      state_lib.make_train_step(model, tx, mode=mode, lop_weight=config.get("lop_weight", 0.5)),
+      mesh, state_shardings, batch_shardings)
+  predict = jax.jit(state_lib.make_predict_fn(model),
+                    in_shardings=(state_shardings.params, batch_shardings))
+
+  def predict_fn(batch):
+    with mesh:
+      out = predict(state.params, sharding_lib.global_batch(batch, mesh))
+    return np.asarray(multihost_utils.process_allgather(out, tiled=True))
+
+  writer = metrics_writer.MetricsWriter(workdir)
+  total = int(config.total_steps)
+  start_step = int(state.step)
+  bar = metrics_writer.make_progress_bar(total, initial=start_step, desc=mode)
+  last_metrics: dict = {}
+  pending = first
+  tokens_seen, t_last, steps_since = 0, time.perf_counter(), 0
+  with _Preemption() as preempt, mesh:
+    step = start_step
+    while step < total:
+      batch = pending if pending is not None else next(train_iter)
+      pending = None
+      tokens_seen += int(np.sum(batch["attention_mask"]))
+      new_state, metrics = train_step(state, sharding_lib.global_batch(batch, mesh))
+      step += 1
+      steps_since += 1
+      loss = float(metrics["train/loss"])
+      if not np.isfinite(loss):
+        bar.close()
+        manager.wait_until_finished()
+        raise NonFiniteLossError(
+            f"non-finite training loss ({loss}) at step {step}; stopping. The last good "
+            f"checkpoint (step {manager.latest_step()}) is kept in {manager.directory}. Lower "
+            "config.optim.lr, enable clipping (config.optim.clip_norm) or use float32.")
+      state = new_state
+      bar.update(1)
+      if step % config.log_every == 0 or step == total:
+        dt = time.perf_counter() - t_last
+        row = {k: float(v) for k, v in metrics.items()}
+        row["train/lr"] = float(schedule(step - 1))
+        row["train/steps_per_s"] = steps_since / dt
+        row["train/tokens_per_s"] = tokens_seen * jax.process_count() / dt
+        writer.write(step, row)
+        bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{row['train/tokens_per_s']:.0f}")
+        tokens_seen, t_last, steps_since = 0, time.perf_counter(), 0
+      eval_metrics = None
+      if eval_split is not None and (step % config.eval_every == 0 or step == total):
+        scores, _ = eval_lib.evaluate_split(eval_split, predict_fn, env.feature_config,
+                                            config.eval_batch_size)
+        eval_metrics = {"eval/f1": scores["f1"], "eval/precision": scores["precision"],
+                        "eval/recall": scores["recall"]}
+        writer.write(step, eval_metrics)
+        last_metrics.update(eval_metrics)
+        log.info("step %d: eval F1 %.4f (P %.4f, R %.4f)", step, scores["f1"],
+                 scores["precision"], scores["recall"])
+      force = preempt.requested or step == total
+      if step % config.checkpoint_every == 0 or force:
+        ckpt_lib.save(manager, step, state, data_state=train_iter.get_state(),
+                      metrics=eval_metrics, force=force)
+      if preempt.requested:
+        break
+  bar.close()
+  manager.wait_until_finished()
+  manager.close()
+  writer.close()
+  last_metrics["step"] = int(state.step)
+  last_metrics["train/loss"] = float(metrics["train/loss"]) if int(state.step) > start_step else None
+  return last_metrics
+
+
+def _optim_config(config) -> ml_collections.ConfigDict:
+  oc = ml_collections.ConfigDict(config.optim.to_dict())
+  oc.total_steps = config.total_steps
+  return oc
