@@ -27,6 +27,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 BOX_POLICIES = ("error", "clip")
+_INT32_LIMIT = 2**31
 
 
 class DocumentError(ValueError):
@@ -153,7 +154,10 @@ class Document:
       raise err(f"must have shape [N, 4], got {list(boxes.shape)}", "boxes")
     if boxes.shape[0] != n:
       raise err(f"has {boxes.shape[0]} rows for {n} words", "boxes")
-    bad = ~np.isfinite(boxes).all(axis=1)
+    # Checked after the float32 cast the record stores: 1e300 is finite in
+    # float64 but overflows to inf in float32.
+    with np.errstate(over="ignore"):
+      bad = ~np.isfinite(boxes.astype(np.float32)).all(axis=1)
     if bad.any():
       i = int(np.argmax(bad))
       raise err(f"word {i} ({words[i]!r}) has a non-finite box {boxes[i].tolist()}", "boxes")
@@ -167,6 +171,8 @@ class Document:
     if n and not np.issubdtype(pages.dtype, np.integer):
       if not np.isfinite(pages.astype(np.float64)).all() or (pages != np.round(pages)).any():
         raise err("page indices must be integers", "pages")
+    if n and (np.abs(pages.astype(np.float64)) >= _INT32_LIMIT).any():
+      raise err("page index does not fit in int32", "pages")
     pages = pages.astype(np.int64)
     if n and pages.min() < 0:
       raise err(f"negative page index {int(pages.min())}", "pages")
@@ -230,6 +236,8 @@ class Document:
     if n and not np.issubdtype(segments.dtype, np.integer):
       if not np.isfinite(segments.astype(np.float64)).all() or (segments != np.round(segments)).any():
         raise err("segment ids must be integers", "segments")
+    if n and (np.abs(segments.astype(np.float64)) >= _INT32_LIMIT).any():
+      raise err("segment id does not fit in int32", "segments")
     segments = segments.astype(np.int64)
     if n and segments.min() < 0:
       raise err(f"negative segment id {int(segments.min())}", "segments")

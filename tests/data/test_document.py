@@ -47,6 +47,9 @@ def test_valid_document_fields_and_dtypes():
     (dict(entities=[("bogus", [0])], label_set=["total"]), "entities", "unknown label"),
     (dict(entities=[("total", [0])], relations=[(0, 3)]), "relations", "missing entity"),
     (dict(boxes=[["a", 0, 1, 1], [0, 0, 1, 1]]), "boxes", "numbers"),
+    (dict(boxes=[[0, 0, 1, 1], [0, 0, 1e300, 1]]), "boxes", "non-finite"),
+    (dict(segments=[0, 2**40]), "segments", "int32"),
+    (dict(pages=[0, 2**33]), "pages", "int32"),
 ])
 def test_errors_name_document_and_field(kw, field, fragment):
   with pytest.raises(DocumentError) as info:
