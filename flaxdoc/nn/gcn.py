@@ -1,0 +1,229 @@
+"""FormNet Super-Tokens: a graph network over the beta-skeleton graph (DESIGN §3.3).
+
+Before serialisation errors can hurt, FormNet lets every token gather context from
+its spatial neighbours. One `GCNLayer`:
+
+    m_kl = MLP([h_k; h_l; e_kl])                    (two layers, width = model width)
+    a_kl = softmax over valid l in N(k) of (w . m_kl)   (one attention head)
+    h_k <- LayerNorm(h_k + sum_l a_kl m_kl)
+
+A node without a valid neighbour keeps `LayerNorm(h_k)` (its weights are all zero,
+never the NaN of a softmax over nothing).
+
+The graph comes padded to `K` neighbours per node (FormNet keeps at most 8), as
+produced by `flaxdoc.layout.graph.token_neighbours`:
+
+* `neighbor_ids int32 [B, L, K]`: index of each neighbour in the same row;
+* `neighbor_features float32 [B, L, K, F]`: the edge features `e_kl`;
+* `neighbor_mask bool [B, L, K]`: which slots are real edges.
+
+Masked slots have no effect whatever their ids or features hold (they are zeroed
+before use), so padding slots may carry any value, including -1 or NaN.
+
+Cost: the first MLP layer is linear in the concatenation, so it is applied to node
+states once per node (`[B, L, W]`) and then gathered, rather than once per edge;
+only the second layer runs per edge (`O(L * K * E^2)`).
+
+`SuperTokenEncoder` builds the node input (token embedding concatenated with the six
+spatial features x0, y0, x1, y1, width, height in 0..1 units, projected to the
+width) and stacks `num_layers` GCN layers (FormNet: 12); its output is the input of
+the ETC encoder.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import linen as nn
+
+Array = jax.Array
+Dtype = Any
+
+
+def _partitioned(init, axes):
+  return nn.with_logical_partitioning(init, axes)
+
+
+def node_spatial_features(boxes: Array) -> Array:
+  """`[..., 4]` boxes in 0..1000 units -> `[..., 6]` (x0, y0, x1, y1, width, height) / 1000."""
+  boxes = jnp.asarray(boxes, jnp.float32)
+  width = boxes[..., 2] - boxes[..., 0]
+  height = boxes[..., 3] - boxes[..., 1]
+  return jnp.concatenate([boxes, width[..., None], height[..., None]], axis=-1) / 1000.0
+
+
+def check_graph(h: Array, neighbor_ids: Array, neighbor_features: Array, neighbor_mask: Array,
+                node_mask: Array | None = None, *, owner: str = "GCNLayer") -> None:
+  """Validates shapes (always) and neighbour ids (when concrete). Raises `ValueError`."""
+  if h.ndim != 3:
+    raise ValueError(f"{owner}: node states must be [batch, nodes, features], got shape "
+                     f"{tuple(h.shape)}")
+  batch, nodes = h.shape[:2]
+  if neighbor_ids.ndim != 3 or tuple(neighbor_ids.shape[:2]) != (batch, nodes):
+    raise ValueError(f"{owner}: field 'neighbor_ids' has shape {tuple(neighbor_ids.shape)}, "
+                     f"expected [{batch}, {nodes}, K]")
+  k = neighbor_ids.shape[2]
+  if tuple(neighbor_mask.shape) != (batch, nodes, k):
+    raise ValueError(f"{owner}: field 'neighbor_mask' has shape {tuple(neighbor_mask.shape)}, "
+                     f"expected {(batch, nodes, k)}")
+  if neighbor_features.ndim != 4 or tuple(neighbor_features.shape[:3]) != (batch, nodes, k):
+    raise ValueError(f"{owner}: field 'neighbor_features' has shape "
+                     f"{tuple(neighbor_features.shape)}, expected [{batch}, {nodes}, {k}, F]")
+  if node_mask is not None and tuple(node_mask.shape) != (batch, nodes):
+    raise ValueError(f"{owner}: field 'node_mask' has shape {tuple(node_mask.shape)}, "
+                     f"expected {(batch, nodes)}")
+  if not any(isinstance(a, jax.core.Tracer) for a in (neighbor_ids, neighbor_mask)):
+    ids = np.asarray(neighbor_ids)
+    valid = np.asarray(neighbor_mask, bool)
+    if valid.any():
+      real = ids[valid]
+      if real.min() < 0 or real.max() >= nodes:
+        raise ValueError(f"{owner}: field 'neighbor_ids' has valid entries outside "
+                         f"[0, {nodes}): range [{real.min()}, {real.max()}]")
+
+
+class GCNLayer(nn.Module):
+  """One attention-weighted graph convolution with a residual and post-LayerNorm.
+
+  Attributes:
+    dropout_rate: dropout on the messages `m_kl` during training.
+    layer_norm_epsilon: epsilon of the output LayerNorm.
+  """
+  dropout_rate: float = 0.0
+  layer_norm_epsilon: float = 1e-6
+  initializer_range: float = 0.02
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, h: Array, neighbor_ids: Array, neighbor_features: Array,
+               neighbor_mask: Array, node_mask: Array | None = None,
+               deterministic: bool = True) -> Array:
+    """Updates node states.
+
+    Args:
+      h: `[B, L, E]` node states.
+      neighbor_ids: `int32 [B, L, K]` neighbour indices into the `L` axis.
+      neighbor_features: `[B, L, K, F]` edge features `e_kl`.
+      neighbor_mask: `bool [B, L, K]` real edges.
+      node_mask: optional `bool [B, L]` real nodes; edges to padded nodes are ignored.
+      deterministic: disables dropout when True.
+
+    Returns:
+      `[B, L, E]` new node states.
+    """
+    neighbor_ids = jnp.asarray(neighbor_ids)
+    neighbor_mask = jnp.asarray(neighbor_mask, bool)
+    neighbor_features = jnp.asarray(neighbor_features)
+    check_graph(h, neighbor_ids, neighbor_features, neighbor_mask, node_mask)
+    batch, nodes, width = h.shape
+    k = neighbor_ids.shape[2]
+    feat_dim = neighbor_features.shape[3]
+    std = self.initializer_range
+
+    # Neutralise padding slots so that nothing they hold can reach the output.
+    ids = jnp.where(neighbor_mask, neighbor_ids, 0).astype(jnp.int32)  # [B, L, K]
+    ids = jnp.clip(ids, 0, nodes - 1)
+    if node_mask is not None:
+      node_mask = jnp.asarray(node_mask, bool)
+      neighbor_mask = neighbor_mask & jnp.take_along_axis(
+          node_mask, ids.reshape(batch, nodes * k), axis=1).reshape(batch, nodes, k)
+    edges = jnp.where(neighbor_mask[..., None], neighbor_features, 0)  # [B, L, K, F]
+
+    # First MLP layer on [h_k; h_l; e_kl]: one kernel [2E + F, W], split by rows so
+    # the node parts are computed per node and gathered, not per edge.
+    kernel1 = self.param("message_in_kernel",
+                         _partitioned(nn.initializers.normal(std), (None, "mlp")),
+                         (2 * width + feat_dim, width), self.param_dtype)
+    bias1 = self.param("message_in_bias", _partitioned(nn.initializers.zeros, ("mlp",)),
+                       (width,), self.param_dtype)
+    h_c, edges, kernel1, bias1 = nn.dtypes.promote_dtype(h, edges, kernel1, bias1,
+                                                         dtype=self.dtype)
+    from_self = h_c @ kernel1[:width]  # [B, L, W]
+    from_nb = h_c @ kernel1[width:2 * width]  # [B, L, W]
+    from_nb = jnp.take_along_axis(from_nb, ids.reshape(batch, nodes * k, 1), axis=1)
+    from_nb = from_nb.reshape(batch, nodes, k, width)  # [B, L, K, W]
+    from_edge = edges @ kernel1[2 * width:]  # [B, L, K, W]
+    pre = from_self[:, :, None, :] + from_nb + from_edge + bias1  # [B, L, K, W]
+    hidden = nn.gelu(pre, approximate=False)
+    messages = nn.Dense(width, dtype=self.dtype, param_dtype=self.param_dtype,
+                        kernel_init=_partitioned(nn.initializers.normal(std), ("mlp", "embed")),
+                        bias_init=_partitioned(nn.initializers.zeros, ("embed",)),
+                        name="message_out")(hidden)  # [B, L, K, E]
+
+    # One-head attention over the valid neighbours (softmax in float32).
+    scores = nn.Dense(1, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
+                      kernel_init=_partitioned(nn.initializers.normal(std), ("embed", None)),
+                      name="attention")(messages)[..., 0]  # [B, L, K]
+    scores = jnp.where(neighbor_mask, scores.astype(jnp.float32), jnp.finfo(jnp.float32).min)
+    weights = jax.nn.softmax(scores, axis=-1)
+    # A node with no valid neighbour gets all-zero weights (softmax gave 1/K each).
+    weights = jnp.where(neighbor_mask, weights, 0.0).astype(self.dtype)  # [B, L, K]
+
+    messages = nn.Dropout(self.dropout_rate)(messages, deterministic=deterministic)
+    aggregated = jnp.einsum("blk,blke->ble", weights, messages)  # [B, L, E]
+    out = h.astype(self.dtype) + aggregated
+    return nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype,
+                        param_dtype=self.param_dtype,
+                        scale_init=_partitioned(nn.initializers.ones, ("embed",)),
+                        bias_init=_partitioned(nn.initializers.zeros, ("embed",)),
+                        name="layer_norm")(out)
+
+
+class SuperTokenEncoder(nn.Module):
+  """FormNet's Super-Token encoder: node input projection, then `num_layers` GCN layers.
+
+  Attributes:
+    features: model width `E` (node states and messages).
+    num_layers: GCN layers (FormNet: 12).
+    dropout_rate: message dropout in each layer.
+  """
+  features: int
+  num_layers: int = 12
+  dropout_rate: float = 0.0
+  layer_norm_epsilon: float = 1e-6
+  initializer_range: float = 0.02
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, token_embeddings: Array, boxes: Array, neighbor_ids: Array,
+               neighbor_features: Array, neighbor_mask: Array, node_mask: Array | None = None,
+               deterministic: bool = True) -> Array:
+    """Computes Super-Tokens.
+
+    Args:
+      token_embeddings: `[B, L, D]` token (word-piece) embeddings.
+      boxes: `[B, L, 4]` token boxes `[x0, y0, x1, y1]` in LayoutLM 0..1000 units.
+      neighbor_ids, neighbor_features, neighbor_mask, node_mask: the padded graph
+        (see `GCNLayer`).
+      deterministic: disables dropout when True.
+
+    Returns:
+      `[B, L, features]` Super-Tokens.
+    """
+    token_embeddings = jnp.asarray(token_embeddings)
+    boxes = jnp.asarray(boxes)
+    if token_embeddings.ndim != 3:
+      raise ValueError(f"SuperTokenEncoder: field 'token_embeddings' must be [batch, nodes, "
+                       f"features], got shape {tuple(token_embeddings.shape)}")
+    if tuple(boxes.shape) != tuple(token_embeddings.shape[:2]) + (4,):
+      raise ValueError(f"SuperTokenEncoder: field 'boxes' has shape {tuple(boxes.shape)}, "
+                       f"expected {tuple(token_embeddings.shape[:2]) + (4,)}")
+    spatial = node_spatial_features(boxes)  # [B, L, 6]
+    nodes = jnp.concatenate([token_embeddings.astype(jnp.float32), spatial], axis=-1)
+    h = nn.Dense(self.features, dtype=self.dtype, param_dtype=self.param_dtype,
+                 kernel_init=_partitioned(nn.initializers.normal(self.initializer_range),
+                                          (None, "embed")),
+                 bias_init=_partitioned(nn.initializers.zeros, ("embed",)),
+                 name="node_input")(nodes)  # [B, L, E]
+    for i in range(self.num_layers):
+      h = GCNLayer(dropout_rate=self.dropout_rate, layer_norm_epsilon=self.layer_norm_epsilon,
+                   initializer_range=self.initializer_range, dtype=self.dtype,
+                   param_dtype=self.param_dtype, name=f"layer_{i}")(
+                       h, neighbor_ids, neighbor_features, neighbor_mask, node_mask,
+                       deterministic=deterministic)
+    return h

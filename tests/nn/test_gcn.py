@@ -1,0 +1,172 @@
+"""Tests for flaxdoc.nn.gcn: per-node loop reference, masking, permutation equivariance."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import linen as nn
+from scipy.special import erf
+
+from flaxdoc.layout.edge_features import node_features
+from flaxdoc.nn.gcn import GCNLayer, SuperTokenEncoder, node_spatial_features
+
+BATCH, NODES, K, WIDTH, FEATS = 2, 6, 3, 8, 5
+LN_EPS = 1e-6
+
+
+def np_gelu(x):
+  return 0.5 * x * (1.0 + erf(x / np.sqrt(2.0)))
+
+
+def np_layer_norm(x, p):
+  mean = x.mean(-1, keepdims=True)
+  var = ((x - mean) ** 2).mean(-1, keepdims=True)
+  return (x - mean) / np.sqrt(var + LN_EPS) * np.asarray(p["scale"]) + np.asarray(p["bias"])
+
+
+def np_gcn_layer(p, h, ids, feats, mask):
+  """The layer written node by node, edge by edge, from DESIGN §3.3."""
+  p = jax.tree.map(lambda a: np.asarray(a, np.float64), p)
+  out = np.zeros_like(h, dtype=np.float64)
+  for b in range(h.shape[0]):
+    for k in range(h.shape[1]):
+      messages, scores = [], []
+      for slot in range(ids.shape[2]):
+        if not mask[b, k, slot]:
+          continue
+        l = ids[b, k, slot]
+        inp = np.concatenate([h[b, k], h[b, l], feats[b, k, slot]])
+        hidden = np_gelu(inp @ p["message_in_kernel"] + p["message_in_bias"])
+        m = hidden @ p["message_out"]["kernel"] + p["message_out"]["bias"]
+        messages.append(m)
+        scores.append(m @ p["attention"]["kernel"][:, 0])
+      agg = np.zeros(h.shape[-1])
+      if messages:
+        weights = np.exp(np.array(scores) - max(scores))
+        weights /= weights.sum()
+        agg = sum(w * m for w, m in zip(weights, messages))
+      out[b, k] = np_layer_norm(h[b, k] + agg, p["layer_norm"])
+  return out
+
+
+def make_graph(seed=0, nodes=NODES):
+  rng = np.random.default_rng(seed)
+  h = rng.normal(size=(BATCH, nodes, WIDTH)).astype(np.float32)
+  ids = rng.integers(0, nodes, (BATCH, nodes, K)).astype(np.int32)
+  feats = rng.normal(size=(BATCH, nodes, K, FEATS)).astype(np.float32)
+  mask = rng.random((BATCH, nodes, K)) < 0.7
+  mask[0, 0] = False  # an isolated node
+  mask[1, 2] = [True, False, True]
+  ids = np.where(mask, ids, -1)  # padding slots as token_neighbours pads them
+  return h, ids, feats, mask
+
+
+def init_layer(h, ids, feats, mask):
+  module = GCNLayer()
+  variables = jax.jit(module.init)(jax.random.key(0), h, ids, feats, mask)
+  # Larger random weights than the 0.02 init so the attention is far from uniform.
+  rng = np.random.default_rng(1)
+  variables = jax.tree.map(lambda a: a + rng.normal(size=a.shape).astype(np.float32) * 0.5,
+                           nn.unbox(variables))
+  return module, variables, jax.jit(module.apply)
+
+
+def test_layer_matches_loop_reference():
+  h, ids, feats, mask = make_graph(0)
+  module, variables, apply = init_layer(h, ids, feats, mask)
+  got = apply(variables, h, ids, feats, mask)
+  want = np_gcn_layer(variables["params"], h, ids, feats, mask)
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_isolated_node_keeps_layer_norm_of_itself_without_nan():
+  h, ids, feats, mask = make_graph(2)
+  mask[:] = False
+  module, variables, apply = init_layer(h, ids, feats, mask)
+  got = np.asarray(apply(variables, h, ids, feats, mask))
+  assert np.isfinite(got).all()
+  np.testing.assert_allclose(got, np_layer_norm(h, variables["params"]["layer_norm"]),
+                             rtol=1e-5, atol=1e-5)
+
+
+def test_masked_neighbours_have_no_effect():
+  h, ids, feats, mask = make_graph(3)
+  module, variables, apply = init_layer(h, ids, feats, mask)
+  base = apply(variables, h, ids, feats, mask)
+  rng = np.random.default_rng(4)
+  ids2 = np.where(mask, ids, rng.integers(0, NODES, ids.shape)).astype(np.int32)
+  feats2 = np.where(mask[..., None], feats, rng.normal(size=feats.shape) * 100).astype(np.float32)
+  np.testing.assert_array_equal(apply(variables, h, ids2, feats2, mask), base)
+  feats_nan = np.where(mask[..., None], feats, np.nan).astype(np.float32)
+  np.testing.assert_array_equal(apply(variables, h, ids, feats_nan, mask), base)
+
+
+def test_permutation_equivariance():
+  h, ids, feats, mask = make_graph(5)
+  module, variables, apply = init_layer(h, ids, feats, mask)
+  base = np.asarray(apply(variables, h, ids, feats, mask))
+  perm = np.random.default_rng(6).permutation(NODES)
+  inverse = np.argsort(perm)  # old index -> new index
+  ids_p = np.where(mask[:, perm], inverse[np.clip(ids[:, perm], 0, None)], -1).astype(np.int32)
+  got = apply(variables, h[:, perm], ids_p, feats[:, perm], mask[:, perm])
+  np.testing.assert_allclose(got, base[:, perm], rtol=1e-5, atol=1e-5)
+
+
+def test_node_mask_drops_edges_to_padded_nodes():
+  h, ids, feats, mask = make_graph(7)
+  module, variables, apply = init_layer(h, ids, feats, mask)
+  node_mask = np.ones((BATCH, NODES), bool)
+  node_mask[:, -2:] = False
+  got = apply(variables, h, ids, feats, mask, node_mask)
+  edge_ok = mask & np.take_along_axis(node_mask, np.clip(ids, 0, None).reshape(BATCH, -1),
+                                      1).reshape(ids.shape)
+  assert (edge_ok != mask).any()
+  np.testing.assert_array_equal(got, apply(variables, h, ids, feats, edge_ok))
+
+
+def test_super_token_encoder_composes_projection_and_layers():
+  h, ids, feats, mask = make_graph(8)
+  tokens = h[..., :5]  # token embeddings of another width
+  rng = np.random.default_rng(9)
+  x = np.sort(rng.integers(0, 1001, (BATCH, NODES, 2)), -1)
+  y = np.sort(rng.integers(0, 1001, (BATCH, NODES, 2)), -1)
+  boxes = np.stack([x[..., 0], y[..., 0], x[..., 1], y[..., 1]], -1).astype(np.float32)
+  module = SuperTokenEncoder(features=WIDTH, num_layers=2)
+  variables = jax.jit(module.init)(jax.random.key(0), tokens, boxes, ids, feats, mask)
+  p = nn.unbox(variables)["params"]
+  assert set(p) == {"node_input", "layer_0", "layer_1"}
+  got = jax.jit(module.apply)(variables, tokens, boxes, ids, feats, mask)
+  spatial = np.concatenate([boxes, boxes[..., 2:3] - boxes[..., 0:1],
+                            boxes[..., 3:4] - boxes[..., 1:2]], -1) / 1000.0
+  np.testing.assert_allclose(node_spatial_features(boxes), spatial, rtol=1e-6)
+  # Same convention as the featuriser-side (numpy) node features.
+  np.testing.assert_allclose(node_spatial_features(boxes), node_features(boxes), rtol=1e-6)
+  state = (np.concatenate([tokens, spatial], -1) @ np.asarray(p["node_input"]["kernel"])
+           + np.asarray(p["node_input"]["bias"]))
+  for i in range(2):
+    state = np_gcn_layer(p[f"layer_{i}"], state, ids, feats, mask)
+  assert got.shape == (BATCH, NODES, WIDTH)
+  np.testing.assert_allclose(got, state, rtol=1e-4, atol=1e-4)
+
+
+def test_logical_axes_and_bfloat16():
+  h, ids, feats, mask = make_graph(10)
+  module = GCNLayer(dtype=jnp.bfloat16)
+  variables = jax.jit(module.init)(jax.random.key(0), h, ids, feats, mask)
+  assert variables["params"]["message_out"]["kernel"].names == ("mlp", "embed")
+  out = jax.jit(module.apply)(variables, h, ids, feats, mask)
+  assert out.dtype == jnp.bfloat16 and np.isfinite(np.asarray(out, np.float32)).all()
+
+
+def test_bad_graphs_raise():
+  h, ids, feats, mask = make_graph(11)
+  module = GCNLayer()
+  variables = jax.jit(module.init)(jax.random.key(0), h, ids, feats, mask)
+  with pytest.raises(ValueError, match="neighbor_ids"):
+    module.apply(variables, h, np.where(mask, NODES, -1).astype(np.int32), feats, mask)
+  with pytest.raises(ValueError, match="neighbor_mask"):
+    module.apply(variables, h, ids, feats, mask[:, :, :2])
+  with pytest.raises(ValueError, match="neighbor_features"):
+    module.apply(variables, h, ids, feats[:, :3], mask)
+  with pytest.raises(ValueError, match="node states"):
+    module.apply(variables, h[0], ids, feats, mask)
