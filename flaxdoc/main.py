@@ -42,7 +42,14 @@ def main(argv):
   del argv
   import jax  # pylint: disable=import-outside-toplevel
   if _want_distributed():
-    jax.distributed.initialize()
+    # JAX reads the coordinator address from the environment itself, but not the
+    # process count / id: pass them when a launcher (launch/slurm) exported them.
+    kwargs = {}
+    if os.environ.get("JAX_NUM_PROCESSES"):
+      kwargs["num_processes"] = int(os.environ["JAX_NUM_PROCESSES"])
+    if os.environ.get("JAX_PROCESS_ID"):
+      kwargs["process_id"] = int(os.environ["JAX_PROCESS_ID"])
+    jax.distributed.initialize(**kwargs)
   logging.getLogger().setLevel(logging.INFO)
   for noisy in ("absl", "jax._src", "orbax", "grain", "tensorflow_datasets"):
     logging.getLogger(noisy).setLevel(logging.WARNING)

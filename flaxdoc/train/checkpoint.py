@@ -40,9 +40,21 @@ def make_manager(workdir: str, *, keep: int = 2, keep_best: bool = True,
       enable_async_checkpointing=async_save,
       create=True,
   )
-  directory = os.path.abspath(os.path.join(workdir, "checkpoints"))
+  directory = checkpoint_dir(workdir)
   return ocp.CheckpointManager(directory, options=options,
                                item_names=("state", "data", "meta"))
+
+
+def is_remote(path: str) -> bool:
+  """gs://, s3://, ... paths (handled by Orbax/TensorStore, never by os.path)."""
+  return "://" in str(path)
+
+
+def checkpoint_dir(workdir: str) -> str:
+  """`WORKDIR/checkpoints` (accepts the checkpoints folder itself; keeps gs:// paths intact)."""
+  workdir = str(workdir).rstrip("/")
+  path = workdir if workdir.endswith("/checkpoints") else f"{workdir}/checkpoints"
+  return path if is_remote(path) else os.path.abspath(path)
 
 
 def save(manager: ocp.CheckpointManager, step: int, state: Any, *, data_state: dict | None = None,
@@ -87,9 +99,7 @@ def restore_params_only(directory: str, abstract_params: Any, step: int | None =
   `abstract_params` holds the target shapes/shardings of the subset to read;
   missing parameters (new heads) are left to the caller's initialiser.
   """
-  mngr = ocp.CheckpointManager(os.path.abspath(os.path.join(directory, "checkpoints"))
-                               if not directory.rstrip("/").endswith("checkpoints") else directory,
-                               item_names=("state", "data", "meta"),
+  mngr = ocp.CheckpointManager(checkpoint_dir(directory), item_names=("state", "data", "meta"),
                                options=ocp.CheckpointManagerOptions(read_only=True))
   step = mngr.latest_step() if step is None else step
   if step is None:

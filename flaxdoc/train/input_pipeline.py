@@ -104,13 +104,19 @@ def _strip(w: dict) -> dict:
 def train_dataset(split: FeaturizedSplit, *, tokenizer, config: FeatureConfig, global_batch: int,
                   seed: int, mode: str = "train", block_shuffle: float = 0.0,
                   neighbour_swap: float = 0.0, mlm_rate: float = 0.15, lop_rate: float = 0.0,
-                  ) -> grain.IterDataset:
-  """An infinite, shuffled, per-process batched dataset of training windows."""
+                  shard: grain.sharding.ShardOptions | None = None) -> grain.IterDataset:
+  """An infinite, shuffled, batched dataset of this process's shard of training windows.
+
+  `shard` says which share of every global batch this process loads (default:
+  one shard per JAX process; the trainer passes `sharding.process_batch_shard`
+  so processes that differ only along the tensor axis load the same rows).
+  """
   if not split.windows:
     raise ValueError("the training split has no windows (no documents?)")
-  shard = grain.sharding.ShardByJaxProcess(drop_remainder=False)
+  if shard is None:
+    shard = grain.sharding.ShardByJaxProcess(drop_remainder=False)
   if global_batch % shard.shard_count:
-    raise ValueError(f"global batch {global_batch} is not divisible by {shard.shard_count} processes")
+    raise ValueError(f"global batch {global_batch} is not divisible by {shard.shard_count} shards")
   local_batch = global_batch // shard.shard_count
   # Window indices: documents' windows are stored in order, so index i is the
   # slot (window_doc[i], i - first window of that document).

@@ -25,15 +25,26 @@ class MetricsWriter:
 
   def __init__(self, workdir: str, *, tensorboard: bool = True):
     self.active = jax.process_index() == 0
-    self.path = os.path.join(workdir, "metrics.jsonl")
+    # Object stores (gs://) cannot append: remote metrics are kept in memory and
+    # the whole file is rewritten on each write, via etils.epath.
+    self.remote = "://" in str(workdir)
+    self.path = f"{str(workdir).rstrip('/')}/metrics.jsonl"
+    self._rows: list[str] = []
     self._tb = None
     self._start = time.time()
     if self.active:
-      os.makedirs(workdir, exist_ok=True)
+      if self.remote:
+        from etils import epath  # pylint: disable=import-outside-toplevel
+        self._epath = epath.Path(self.path)
+        self._epath.parent.mkdir(parents=True, exist_ok=True)
+        if self._epath.exists():
+          self._rows = self._epath.read_text().splitlines()
+      else:
+        os.makedirs(workdir, exist_ok=True)
       if tensorboard:
         try:
           from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
-          self._tb = SummaryWriter(logdir=os.path.join(workdir, "tensorboard"))
+          self._tb = SummaryWriter(logdir=f"{str(workdir).rstrip('/')}/tensorboard")
         except ImportError:  # optional: JSON Lines still written
           self._tb = None
 
@@ -46,8 +57,13 @@ class MetricsWriter:
       row[k] = v
       if self._tb is not None and isinstance(v, (int, float)) and math.isfinite(v):
         self._tb.add_scalar(k, v, int(step))
+    line = json.dumps(row)
+    if self.remote:
+      self._rows.append(line)
+      self._epath.write_text("\n".join(self._rows) + "\n")
+      return
     with open(self.path, "a", encoding="utf-8") as f:
-      f.write(json.dumps(row) + "\n")
+      f.write(line + "\n")
 
   def flush(self):
     if self._tb is not None:

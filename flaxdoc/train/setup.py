@@ -99,7 +99,7 @@ class Experiment:
     """Encoder weights from a pre-training run; heads absent there stay freshly initialised."""
     import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
     from flax import traverse_util  # pylint: disable=import-outside-toplevel
-    path = directory if directory.rstrip("/").endswith("checkpoints") else f"{directory}/checkpoints"
+    path = ckpt_lib.checkpoint_dir(directory)
     mngr = ocp.CheckpointManager(path, item_names=("state", "data", "meta"),
                                  options=ocp.CheckpointManagerOptions(read_only=True))
     step = mngr.latest_step()

@@ -90,14 +90,42 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
 
 
-def global_batch(local: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+def process_batch_shard(mesh: Mesh, global_batch_size: int) -> tuple[int, int]:
+  """(shard_index, shard_count): which rows of the global batch this process loads.
+
+  Rows are split over the (data, fsdp) axes only; processes whose devices differ
+  only along `tensor` hold the *same* rows and must load the same data. So the
+  shard is derived from the rows this process's devices own, not from the
+  process index (with pure data parallelism the two coincide).
+  """
+  index_map = batch_sharding(mesh, 1).devices_indices_map((global_batch_size,))
+  rows = set()
+  for device, (sl,) in index_map.items():
+    if device.process_index == jax.process_index():
+      rows.update(range(*sl.indices(global_batch_size)))
+  lo, hi = min(rows), max(rows) + 1
+  if len(rows) != hi - lo:
+    raise ValueError(f"this process's batch rows are not contiguous ({sorted(rows)[:8]}...); "
+                     "use a mesh whose (data, fsdp) axes follow the process layout")
+  size = hi - lo
+  if global_batch_size % size or lo % size:
+    raise ValueError(f"batch rows [{lo}, {hi}) do not tile a global batch of {global_batch_size}")
+  return lo // size, global_batch_size // size
+
+
+def global_batch(local: dict[str, np.ndarray], mesh: Mesh, global_batch_size: int | None = None
+                 ) -> dict[str, jax.Array]:
   """Process-local numpy batch -> global jax arrays sharded over (data, fsdp).
 
-  Each process passes its own rows; `jax.make_array_from_process_local_data`
-  assembles them into one global array (single-process: just a device_put).
+  Each process passes the rows of its shard (`process_batch_shard`);
+  `jax.make_array_from_process_local_data` assembles one global array of
+  `global_batch_size` rows (single-process: just a device_put).
   """
   out = {}
   for k, v in local.items():
     v = np.asarray(v)
-    out[k] = jax.make_array_from_process_local_data(batch_sharding(mesh, max(v.ndim, 1)), v)
+    shape = None
+    if global_batch_size is not None:
+      shape = (global_batch_size, *v.shape[1:])
+    out[k] = jax.make_array_from_process_local_data(batch_sharding(mesh, max(v.ndim, 1)), v, shape)
   return out

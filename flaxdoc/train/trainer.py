@@ -18,6 +18,7 @@ import os
 import signal
 import time
 
+import grain
 import jax
 import ml_collections
 import numpy as np
@@ -64,7 +65,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   mode = config.mode
   if mode not in ("train", "pretrain"):
     raise ValueError(f"train_and_evaluate handles modes 'train' and 'pretrain', not {mode!r}")
-  os.makedirs(workdir, exist_ok=True)
+  if not ckpt_lib.is_remote(workdir):
+    os.makedirs(workdir, exist_ok=True)
   mesh = sharding_lib.make_mesh(dict(config.mesh.shape))
   rules = sharding_lib.rules_from_config(config.mesh.get("rules"))
   log.info("mesh %s over %d devices (%d processes)", dict(mesh.shape), jax.device_count(),
@@ -81,7 +83,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   # --- model and state
   tx, schedule = optimizer.make_optimizer(_optim_config(config))
   model = env.model
-  example = env.example_batch(config.batch_size // jax.process_count() or 1)
+  example = env.example_batch(1)
   init_fn = state_lib.make_init_fn(model, tx, example)
   rng = jax.random.PRNGKey(config.seed)
   state, state_shardings, abstract_state = state_lib.sharded_init(init_fn, rng, mesh, rules)
@@ -99,12 +101,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     state = state.replace(params=env.load_pretrained(config.init_from, state.params,
                                                      abstract_state.params))
 
+  shard_index, shard_count = sharding_lib.process_batch_shard(mesh, config.batch_size)
   train_iter = iter(input_pipeline.train_dataset(
       train_split, tokenizer=env.tokenizer, config=env.feature_config,
       global_batch=config.batch_size, seed=config.seed, mode=mode,
       block_shuffle=config.data.get("block_shuffle", 0.0),
       neighbour_swap=config.data.get("neighbour_swap", 0.0),
-      mlm_rate=config.data.get("mlm_rate", 0.15), lop_rate=config.data.get("lop_rate", 0.0)))
+      mlm_rate=config.data.get("mlm_rate", 0.15), lop_rate=config.data.get("lop_rate", 0.0),
+      shard=grain.sharding.ShardOptions(shard_index, shard_count)))
   if data_state:
     train_iter.set_state(data_state)
 
@@ -133,8 +137,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     while step < total:
       batch = pending if pending is not None else next(train_iter)
       pending = None
-      tokens_seen += int(np.sum(batch["attention_mask"]))
-      new_state, metrics = train_step(state, sharding_lib.global_batch(batch, mesh))
+      tokens_seen += int(np.sum(batch["attention_mask"])) * shard_count
+      new_state, metrics = train_step(state, sharding_lib.global_batch(batch, mesh,
+                                                                       config.batch_size))
       step += 1
       steps_since += 1
       loss = float(metrics["train/loss"])
@@ -152,7 +157,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         row = {k: float(v) for k, v in metrics.items()}
         row["train/lr"] = float(schedule(step - 1))
         row["train/steps_per_s"] = steps_since / dt
-        row["train/tokens_per_s"] = tokens_seen * jax.process_count() / dt
+        row["train/tokens_per_s"] = tokens_seen / dt
         writer.write(step, row)
         bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{row['train/tokens_per_s']:.0f}")
         tokens_seen, t_last, steps_since = 0, time.perf_counter(), 0
