@@ -84,7 +84,11 @@ def _input_documents(config, env):
   paths = sorted(glob.glob(source)) if any(c in source for c in "*?[") else [source]
   if all(p.lower().endswith(".pdf") for p in paths):
     from flaxdoc.data import pdf  # pylint: disable=import-outside-toplevel
-    return [pdf.read_pdf(p) for p in paths]
+    docs, report = pdf.read_pdfs(paths)  # unreadable files are skipped and reported
+    print(report.summary())
+    if not docs:
+      raise ValueError(f"config.predict.input={source!r}: no readable PDF (see the report above)")
+    return docs
   raise ValueError(f"config.predict.input={source!r}: expected a .jsonl file, PDF file(s), or empty "
                    "for the dataset's eval split")
 
