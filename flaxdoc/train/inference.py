@@ -17,6 +17,8 @@ import os
 import jax
 import ml_collections
 import numpy as np
+from jax.experimental import multihost_utils
+from flax import linen as nn
 
 from flaxdoc import metrics as metrics_lib
 from flaxdoc.train import checkpoint as ckpt_lib
@@ -40,7 +42,6 @@ def restore_for_inference(config: ml_collections.ConfigDict, workdir: str):
   init_fn = state_lib.make_init_fn(env.model, tx, env.example_batch(1))
   boxed = jax.eval_shape(init_fn, jax.random.PRNGKey(0))
   shardings = sharding_lib.logical_shardings(boxed, mesh, rules)
-  from flax import linen as nn  # pylint: disable=import-outside-toplevel
   abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                           nn.unbox(boxed), shardings)
   manager = ckpt_lib.make_manager(workdir, async_save=False)
@@ -53,8 +54,9 @@ def restore_for_inference(config: ml_collections.ConfigDict, workdir: str):
   predict = jax.jit(state_lib.make_predict_fn(env.model))
 
   def predict_fn(batch):
-    with mesh:
-      return np.asarray(predict(state.params, sharding_lib.global_batch(batch, mesh)))
+    with jax.set_mesh(mesh):
+      out = predict(state.params, sharding_lib.replicated_batch_to_global(batch, mesh))
+    return np.asarray(multihost_utils.process_allgather(out, tiled=True))
 
   return env, state.params, predict_fn
 

@@ -1,15 +1,16 @@
 """grain input pipelines: documents -> featurised windows -> sharded, batched, resumable.
 
-Training data is a `grain.MapDataset` over *window slots* `(document, window)`
-computed once from the un-augmented documents. Each process takes its own shard
-of the slots (`ShardByJaxProcess`), shuffles them with the run's seed, repeats,
-and batches its share of the global batch. The iterator's state is a small
-JSON dict that the checkpoint stores, so a resumed run continues with exactly
-the batches an uninterrupted run would have seen.
+Training data is a `grain.MapDataset` over the windows computed once from the
+un-augmented documents: one seeded shuffle, repeated, cut into global batches
+of window indices; each process loads its rows of every global batch (see
+`train_dataset`). The iterator's state is a small JSON dict that the checkpoint
+stores, so a resumed run continues with exactly the batches an uninterrupted
+run would have seen.
 
-Augmentations (LSPE block shuffling, fine-tuning only) are a seeded per-example
-transform: the augmented document is featurised again and the slot's window
-index picks the window (modulo the new count).
+Augmentations (LSPE block shuffling, fine-tuning only) and pre-training masks
+are drawn per row from a generator seeded by (seed, batch, row): the augmented
+document is featurised again and the window's index picks the window (modulo
+the new count).
 """
 
 from __future__ import annotations
@@ -59,42 +60,22 @@ def featurize_split(docs: Sequence[Document], tokenizer, config: FeatureConfig,
   return FeaturizedSplit(list(docs), windows, np.asarray(owner, np.int64))
 
 
-@dataclasses.dataclass(frozen=True)
-class _Augment(grain.transforms.RandomMap):
-  """Block shuffle / neighbour swap of the slot's document, then featurise."""
-  split: FeaturizedSplit
-  tokenizer: object
-  config: FeatureConfig
-  block_shuffle: float
-  neighbour_swap: float
-
-  def random_map(self, index, rng: np.random.Generator):
-    index = int(index)
-    doc_idx = int(self.split.window_doc[index])
-    doc = self.split.documents[doc_idx]
-    changed = False
-    if self.block_shuffle and rng.random() < self.block_shuffle:
-      doc, changed = augment.global_block_shuffle(doc, rng), True
-    elif self.neighbour_swap and rng.random() < self.neighbour_swap:
-      doc, changed = augment.neighbour_block_swap(doc, rng), True
-    if not changed:
-      return _strip(self.split.windows[index])
-    # The slot's window number inside its document (windows are stored in order).
-    k = index - int(np.searchsorted(self.split.window_doc, doc_idx))
-    ws = featurize(doc, self.tokenizer, self.config)
-    return _strip(ws[k % len(ws)])
-
-
-@dataclasses.dataclass(frozen=True)
-class _Pretrain(grain.transforms.RandomMap):
-  """MLM (+ 1-LOP) targets drawn per example."""
-  tokenizer: object
-  mlm_rate: float
-  lop_rate: float
-
-  def random_map(self, features, rng: np.random.Generator):
-    return _strip(masking.pretraining_targets(features, rng, self.tokenizer, mlm_rate=self.mlm_rate,
-                                              lop_rate=self.lop_rate or None))
+def _augmented_window(split: FeaturizedSplit, index: int, rng: np.random.Generator, *,
+                      tokenizer, config: FeatureConfig, block_shuffle: float,
+                      neighbour_swap: float) -> dict:
+  """Block shuffle / neighbour swap of the window's document, then featurise again."""
+  doc_idx = int(split.window_doc[index])
+  doc = split.documents[doc_idx]
+  if block_shuffle and rng.random() < block_shuffle:
+    doc = augment.global_block_shuffle(doc, rng)
+  elif neighbour_swap and rng.random() < neighbour_swap:
+    doc = augment.neighbour_block_swap(doc, rng)
+  else:
+    return split.windows[index]
+  # The window's number inside its document (windows are stored in order).
+  k = index - int(np.searchsorted(split.window_doc, doc_idx))
+  ws = featurize(doc, tokenizer, config)
+  return ws[k % len(ws)]
 
 
 def _strip(w: dict) -> dict:
@@ -105,11 +86,16 @@ def train_dataset(split: FeaturizedSplit, *, tokenizer, config: FeatureConfig, g
                   seed: int, mode: str = "train", block_shuffle: float = 0.0,
                   neighbour_swap: float = 0.0, mlm_rate: float = 0.15, lop_rate: float = 0.0,
                   shard: grain.sharding.ShardOptions | None = None) -> grain.IterDataset:
-  """An infinite, shuffled, batched dataset of this process's shard of training windows.
+  """An infinite, shuffled dataset of this process's rows of every global batch.
 
-  `shard` says which share of every global batch this process loads (default:
-  one shard per JAX process; the trainer passes `sharding.process_batch_shard`
-  so processes that differ only along the tensor axis load the same rows).
+  Every process builds the same sequence of *global* batches of window indices
+  (one seeded shuffle of all windows, repeated) and keeps its rows of each
+  (`shard`: default one shard per JAX process; the trainer passes
+  `sharding.process_batch_shard`, so processes that differ only along the
+  tensor axis load the same rows). Random transforms draw from a generator
+  seeded by (seed, batch number, row in the global batch), so the global batch
+  is the same whatever the number of processes: a run on 2 hosts x 4 devices
+  sees exactly the data of a run on 1 host x 8 devices.
   """
   if not split.windows:
     raise ValueError("the training split has no windows (no documents?)")
@@ -117,23 +103,30 @@ def train_dataset(split: FeaturizedSplit, *, tokenizer, config: FeatureConfig, g
     shard = grain.sharding.ShardByJaxProcess(drop_remainder=False)
   if global_batch % shard.shard_count:
     raise ValueError(f"global batch {global_batch} is not divisible by {shard.shard_count} shards")
-  local_batch = global_batch // shard.shard_count
-  # Window indices: documents' windows are stored in order, so index i is the
-  # slot (window_doc[i], i - first window of that document).
-  ds = grain.MapDataset.range(len(split.windows))
-  if shard.shard_count > 1:
-    ds = ds[shard.shard_index::shard.shard_count]
-  ds = ds.shuffle(seed=seed).repeat(None)
-  if mode == "pretrain":
-    ds = ds.map(lambda i: split.windows[int(i)])
-    ds = ds.random_map(_Pretrain(tokenizer, mlm_rate, lop_rate), seed=seed + 1)
-  elif block_shuffle or neighbour_swap:
-    ds = ds.random_map(_Augment(split, tokenizer, config, block_shuffle, neighbour_swap),
-                       seed=seed + 1)
-  else:
-    ds = ds.map(lambda i: _strip(split.windows[int(i)]))
-  ds = ds.batch(local_batch, drop_remainder=True, batch_fn=batch_features)
-  return ds.to_iter_dataset()
+  local = global_batch // shard.shard_count
+  lo = shard.shard_index * local
+  augmenting = mode != "pretrain" and (block_shuffle or neighbour_swap)
+
+  def load(step: int, indices: np.ndarray) -> dict:
+    rows = []
+    for r in range(lo, lo + local):
+      i = int(indices[r])
+      if mode == "pretrain":
+        rng = np.random.default_rng([seed, step, r])
+        w = masking.pretraining_targets(split.windows[i], rng, tokenizer, mlm_rate=mlm_rate,
+                                        lop_rate=lop_rate or None)
+      elif augmenting:
+        rng = np.random.default_rng([seed, step, r])
+        w = _augmented_window(split, i, rng, tokenizer=tokenizer, config=config,
+                              block_shuffle=block_shuffle, neighbour_swap=neighbour_swap)
+      else:
+        w = split.windows[i]
+      rows.append(_strip(w))
+    return batch_features(rows)
+
+  ds = grain.MapDataset.range(len(split.windows)).shuffle(seed=seed).repeat(None)
+  ds = ds.batch(global_batch, drop_remainder=True)  # [global_batch] window indices
+  return ds.map_with_index(load).to_iter_dataset()
 
 
 def eval_batches(split: FeaturizedSplit, batch_size: int) -> Iterator[tuple[dict, np.ndarray]]:

@@ -129,3 +129,15 @@ def global_batch(local: dict[str, np.ndarray], mesh: Mesh, global_batch_size: in
       shape = (global_batch_size, *v.shape[1:])
     out[k] = jax.make_array_from_process_local_data(batch_sharding(mesh, max(v.ndim, 1)), v, shape)
   return out
+
+
+def replicated_batch_to_global(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
+  """A batch every process holds in full (evaluation) -> global arrays.
+
+  Each process contributes only the rows its devices own, so the global array
+  has the batch's own size whatever the process count.
+  """
+  size = len(next(iter(batch.values())))
+  index, count = process_batch_shard(mesh, size)
+  rows = slice(index * size // count, (index + 1) * size // count)
+  return global_batch({k: np.asarray(v)[rows] for k, v in batch.items()}, mesh, size)

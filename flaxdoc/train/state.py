@@ -55,7 +55,13 @@ def sharded_init(init_fn, rng, mesh: Mesh, rules) -> tuple[TrainState, Any, Any]
   """
   boxed = jax.eval_shape(init_fn, rng)
   shardings = sharding_lib.logical_shardings(boxed, mesh, rules)
-  with mesh:
+  # Parameters are placed by out_shardings (from their logical names). No
+  # `nn.logical_axis_rules` context is active while tracing: flax 0.12's
+  # DenseGeneral re-evaluates its boxed initialiser on every apply (a shape
+  # check) and, under active rules, constrains the 2D-reshaped kernel with its
+  # 3D logical spec, which fails. Activation constraints are therefore no-ops
+  # and XLA propagates activation shardings from the parameters and the batch.
+  with jax.set_mesh(mesh):
     state = jax.jit(lambda r: nn.unbox(init_fn(r)), out_shardings=shardings)(rng)
   abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                           nn.unbox(boxed), shardings)
@@ -79,7 +85,7 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, *, mode:
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
-    metrics = {"train/loss": loss, "train/grad_norm": optax.global_norm(grads), **aux}
+    metrics = {"train/loss": loss, "train/grad_norm": optax.tree.norm(grads), **aux}
     return new_state, metrics
 
   return train_step

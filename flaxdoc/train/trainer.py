@@ -121,8 +121,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                     in_shardings=(state_shardings.params, batch_shardings))
 
   def predict_fn(batch):
-    with mesh:
-      out = predict(state.params, sharding_lib.global_batch(batch, mesh))
+    with jax.set_mesh(mesh):
+      out = predict(state.params, sharding_lib.replicated_batch_to_global(batch, mesh))
     return np.asarray(multihost_utils.process_allgather(out, tiled=True))
 
   writer = metrics_writer.MetricsWriter(workdir)
@@ -132,7 +132,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   last_metrics: dict = {}
   pending = first
   tokens_seen, t_last, steps_since = 0, time.perf_counter(), 0
-  with _Preemption() as preempt, mesh:
+  with _Preemption() as preempt, jax.set_mesh(mesh):
     step = start_step
     while step < total:
       batch = pending if pending is not None else next(train_iter)

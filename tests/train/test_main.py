@@ -1,0 +1,144 @@
+"""End-to-end smoke tests of every mode on tiny shapes, determinism and resume after SIGKILL."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from flaxdoc.train import checkpoint as ckpt_lib, inference, metrics_writer, trainer
+
+sys.path.insert(0, os.path.dirname(__file__))
+from tiny import ROOT, override_flags, tiny_config  # pylint: disable=import-error
+
+
+def _losses(workdir):
+  return [r["train/loss"] for r in metrics_writer.read_metrics(workdir) if "train/loss" in r]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp("train"))
+  result = trainer.train_and_evaluate(tiny_config(), workdir)
+  return workdir, result
+
+
+def test_train_writes_metrics_checkpoints_and_tensorboard(trained):
+  workdir, result = trained
+  rows = metrics_writer.read_metrics(workdir)
+  steps = [r["step"] for r in rows if "train/loss" in r]
+  assert steps == [1, 2, 3, 4, 5, 6]
+  evals = [r for r in rows if "eval/f1" in r]
+  assert [r["step"] for r in evals] == [3, 6]
+  assert all(0.0 <= r["eval/f1"] <= 1.0 and {"eval/precision", "eval/recall"} <= set(r) for r in evals)
+  assert all(np.isfinite(r["train/loss"]) and r["train/tokens_per_s"] > 0 for r in rows if "train/loss" in r)
+  assert result["step"] == 6
+  mngr = ckpt_lib.make_manager(workdir)
+  assert mngr.latest_step() == 6
+  assert any(f.startswith("events") for f in os.listdir(os.path.join(workdir, "tensorboard")))
+
+
+def test_same_seed_same_loss_curve(trained, tmp_path):
+  workdir, _ = trained
+  trainer.train_and_evaluate(tiny_config(), str(tmp_path))
+  assert _losses(str(tmp_path)) == _losses(workdir)
+
+
+def test_eval_mode_reports_seqeval(trained, capsys):
+  workdir, _ = trained
+  scores = inference.run_eval(tiny_config(mode="eval"), workdir)
+  assert 0.0 <= scores["f1"] <= 1.0 and "per_label" in scores
+  assert "micro avg" in capsys.readouterr().out
+  assert os.path.exists(os.path.join(workdir, "eval_dev.json"))
+
+
+def test_predict_mode_writes_entities_with_words_boxes_page_score(trained, tmp_path):
+  workdir, _ = trained
+  from flaxdoc.data import jsonl, synthetic
+  docs = synthetic.generate(2, seed=5)
+  src = tmp_path / "in.jsonl"
+  jsonl.write_jsonl(src, [d.replace(entities=None) for d in docs])
+  out = tmp_path / "pred.jsonl"
+  config = tiny_config(mode="predict")
+  config.predict.input = str(src)
+  config.predict.output = str(out)
+  config.predict.draw = True
+  config.predict.draw_dir = str(tmp_path / "png")
+  inference.run_predict(config, workdir)
+  rows = [json.loads(l) for l in out.read_text().splitlines()]
+  assert [r["id"] for r in rows] == [d.id for d in docs]
+  for r in rows:
+    for e in r["entities"]:
+      assert {"label", "text", "words", "word_boxes", "box", "page", "score"} <= set(e)
+      assert len(e["words"]) == len(e["word_boxes"]) and 0.0 <= e["score"] <= 1.0
+  assert sorted(os.listdir(tmp_path / "png")) == sorted(f"{d.id}_p0.png" for d in docs)
+
+
+def test_pretrain_mode_runs_mlm(tmp_path):
+  config = tiny_config(mode="pretrain")
+  config.total_steps = 2
+  result = trainer.train_and_evaluate(config, str(tmp_path))
+  rows = metrics_writer.read_metrics(str(tmp_path))
+  assert result["step"] == 2 and all("train/mlm_loss" in r for r in rows if "train/loss" in r)
+
+
+def test_non_finite_loss_stops_with_message_and_keeps_last_checkpoint(tmp_path):
+  config = tiny_config()
+  config.optim.lr = 1e30  # diverges
+  config.optim.clip_norm = 0.0
+  config.checkpoint_every = 1
+  config.total_steps = 30
+  with pytest.raises(trainer.NonFiniteLossError, match="non-finite training loss") as info:
+    trainer.train_and_evaluate(config, str(tmp_path))
+  last = ckpt_lib.make_manager(str(tmp_path)).latest_step()
+  assert f"step {last}" in str(info.value)
+
+
+def _run_main(workdir, *extra, wait=True):
+  cmd = [sys.executable, "-m", "flaxdoc.main", "--config=configs/formnet_a2.py:local",
+         f"--workdir={workdir}", *override_flags(), *extra]
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
+  if wait:
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+  return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+
+
+def _final_params(workdir):
+  mngr = ckpt_lib.make_manager(workdir)
+  step = mngr.latest_step()
+  import orbax.checkpoint as ocp
+  restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+  return step, restored.state["params"]
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
+  """Killed with SIGKILL at a random point after a checkpoint, resumed: identical parameters."""
+  steps = ["--config.total_steps=12", "--config.checkpoint_every=2", "--config.eval_every=100"]
+  ref = _run_main(tmp_path / "ref", *steps)
+  assert ref.returncode == 0, ref.stderr[-3000:]
+  killed_dir = tmp_path / "killed"
+  proc = _run_main(killed_dir, *steps, wait=False)
+  rng = np.random.default_rng(int(time.time()))
+  target = int(rng.integers(2, 10))
+  deadline = time.time() + 600
+  while time.time() < deadline:
+    mngr = ckpt_lib.make_manager(str(killed_dir)) if (killed_dir / "checkpoints").exists() else None
+    if mngr is not None and (mngr.latest_step() or 0) >= target:
+      break
+    if proc.poll() is not None:
+      break
+    time.sleep(0.2)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  resumed = _run_main(killed_dir, *steps)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  (s1, p1), (s2, p2) = _final_params(str(tmp_path / "ref")), _final_params(str(killed_dir))
+  assert s1 == s2 == 12
+  jax.tree.map(np.testing.assert_array_equal, p1, p2)
