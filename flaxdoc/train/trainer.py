@@ -67,6 +67,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     raise ValueError(f"train_and_evaluate handles modes 'train' and 'pretrain', not {mode!r}")
   if not ckpt_lib.is_remote(workdir):
     os.makedirs(workdir, exist_ok=True)
+  if jax.process_index() == 0:
+    save_config(config, workdir)
   mesh = sharding_lib.make_mesh(dict(config.mesh.shape))
   rules = sharding_lib.rules_from_config(config.mesh.get("rules"))
   log.info("mesh %s over %d devices (%d processes)", dict(mesh.shape), jax.device_count(),
@@ -184,6 +186,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   last_metrics["step"] = int(state.step)
   last_metrics["train/loss"] = float(metrics["train/loss"]) if int(state.step) > start_step else None
   return last_metrics
+
+
+def save_config(config: ml_collections.ConfigDict, workdir: str):
+  """Writes `WORKDIR/config.json` so eval/predict/export can rebuild the run's model."""
+  from etils import epath  # pylint: disable=import-outside-toplevel
+  path = epath.Path(workdir) / "config.json"
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(config.to_json_best_effort(indent=1, sort_keys=True))
 
 
 def _optim_config(config) -> ml_collections.ConfigDict:
