@@ -137,7 +137,7 @@ def make(arg: str | None, *, model: str, variant: str, recipe: str = "bert",
     # Minutes on a 2-core CPU: small data, short windows, frequent logging.
     d.max_len = 256
     d.dataset_options = ml_collections.ConfigDict(
-        {"num_train": 400, "num_dev": 60} if a.dataset == "synthetic" else {})
+        {"num_train": 2000, "num_dev": 60} if a.dataset == "synthetic" else {})
     c.batch_size = 8
     c.eval_batch_size = 16
     o.lr = max(o.lr, 1e-3)
