@@ -22,14 +22,20 @@ family builds a `flaxdoc.models.document_encoder.DocumentEncoder`, whose
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
+import jax
 import ml_collections
+import numpy as np
 from flax import linen as nn
 
+from flaxdoc.layout.edge_features import NUM_EDGE_FEATURES
 from flaxdoc.models import docpolarbert, formnet, lagabi, layoutlm, long_range
-from flaxdoc.models.document_encoder import (DocumentEncoder, EncoderSpec, abstract_parameters,
-                                             count_tree, example_batch)
+from flaxdoc.models.document_encoder import DocumentEncoder, EncoderSpec
+
+# Edge features per neighbour of the featuriser's beta-skeleton graph (DESIGN §3.3);
+# only used to build example batches (the GCN reads the width from the batch).
+DEFAULT_EDGE_FEATURES = NUM_EDGE_FEATURES
 
 # name -> family module with `model_config(variant, local)` and `build(config, ...)`.
 MODELS: dict[str, Any] = {
@@ -101,10 +107,97 @@ def count_parameters(model_config: ml_collections.ConfigDict, *, vocab_size: int
                       pretraining=pretraining, dtype="float32")
   # Linformer's projections are sized by max_len, whatever the input length.
   length = min(max_len, 64)
-  batch = example_batch(1, length, vocab_size=min(vocab_size, 100), graph=needs_graph(model_config),
-                        pretraining=pretraining)
+  batch = example_batch(1, length, vocab_size=min(vocab_size, 100),
+                        graph=needs_graph(model_config), pretraining=pretraining)
   return count_tree(abstract_parameters(model, batch))
 
 
+def example_batch(batch_size: int, length: int, *, vocab_size: int = 100, num_tags: int = 5,
+                  graph: bool = False, max_degree: int = 8,
+                  edge_features: int = DEFAULT_EDGE_FEATURES, pretraining: bool = False,
+                  num_pages: int = 1, seed: int = 0) -> dict[str, np.ndarray]:
+  """A random batch with the featuriser's keys and dtypes (for init, tests, benchmarks).
+
+  Boxes are random word boxes (0..1000 per page), tokens spread over `num_pages`
+  pages in order, the last quarter of the second row (if any) is padding.
+  """
+  rng = np.random.default_rng(seed)
+  b, n = batch_size, length
+  x0 = rng.integers(0, 900, (b, n))
+  y0 = rng.integers(0, 980, (b, n))
+  boxes = np.stack([x0, y0, x0 + rng.integers(5, 100, (b, n)), y0 + rng.integers(5, 20, (b, n))],
+                   axis=-1).astype(np.int32)  # [B, N, 4]
+  mask = np.ones((b, n), np.int32)
+  if b > 1 and n > 3:
+    mask[1, n - n // 4:] = 0
+  pages = np.minimum(np.arange(n) * num_pages // max(n, 1), num_pages - 1)
+  out = {
+      "input_ids": rng.integers(5, vocab_size, (b, n)).astype(np.int32),
+      "boxes": boxes,
+      "page_ids": np.broadcast_to(pages, (b, n)).astype(np.int32).copy(),
+      "segment_ids": np.broadcast_to(np.arange(n) // 4, (b, n)).astype(np.int32).copy(),
+      "positions": np.broadcast_to(np.arange(n), (b, n)).astype(np.int32).copy(),
+      "attention_mask": mask,
+      "tags": np.where(mask > 0, rng.integers(0, num_tags, (b, n)), -1).astype(np.int32),
+      "token_in_segment": np.broadcast_to(np.arange(n) % 4, (b, n)).astype(np.int32).copy(),
+      "word_ids": np.where(mask > 0, np.arange(n), -1).astype(np.int32),
+  }
+  if graph:
+    k = max_degree
+    nb = rng.integers(0, n, (b, n, k)).astype(np.int32)
+    nb_mask = (rng.random((b, n, k)) < 0.7) & (mask[:, :, None] > 0)
+    out["neighbor_ids"] = np.where(nb_mask, nb, 0).astype(np.int32)
+    out["neighbor_features"] = np.where(nb_mask[..., None],
+                                        rng.normal(size=(b, n, k, edge_features)),
+                                        0.0).astype(np.float32)
+    out["neighbor_mask"] = nb_mask
+  if pretraining:
+    chosen = (rng.random((b, n)) < 0.3) & (mask > 0)
+    out["mlm_targets"] = np.where(chosen, out["input_ids"], 0).astype(np.int32)
+    out["mlm_weights"] = chosen.astype(np.float32)
+    out["mlm_mask"] = chosen
+    hidden = (rng.random((b, n)) < 0.3) & (mask > 0)
+    out["lop_mask"] = hidden
+    out["lop_targets"] = np.where(hidden, np.minimum(out["token_in_segment"], 10),
+                                  0).astype(np.int32)
+    out["lop_weights"] = hidden.astype(np.float32)
+  return out
+
+
+def abstract_parameters(model: nn.Module, batch: Mapping[str, Any]) -> Any:
+  """The parameter tree as `ShapeDtypeStruct`s (`jax.eval_shape`: nothing is allocated)."""
+  batch = {k: jax.ShapeDtypeStruct(np.shape(v), np.asarray(v).dtype) for k, v in batch.items()}
+  variables = jax.eval_shape(
+      lambda rng, b: model.init({"params": rng, "dropout": rng}, b, deterministic=True),
+      jax.random.key(0), batch)
+  return nn.unbox(variables["params"])
+
+
+def count_tree(params: Any) -> int:
+  return int(sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params)))
+
+
+def random_parameters(model: nn.Module, batch: Mapping[str, Any], *, seed: int = 0,
+                      stddev: float = 0.02) -> Any:
+  """Parameters drawn with numpy instead of `model.init` (no PRNG graph to compile).
+
+  Every leaf is `N(0, stddev^2)` except LayerNorm scales (`1 + N(0, stddev^2)`), so
+  biases and learned scalars are non-zero too: good for numerical tests, and for
+  benchmarks where compiling a 12-layer `init` would cost more than the measurement.
+  Returns a plain (unboxed) parameter tree of float32 numpy arrays.
+  """
+  abstract = abstract_parameters(model, batch)
+  rng = np.random.default_rng(seed)
+
+  def draw(path, leaf):
+    values = rng.normal(0.0, stddev, leaf.shape).astype(np.float32)
+    if getattr(path[-1], "key", None) == "scale":
+      values += 1.0
+    return values
+
+  return jax.tree_util.tree_map_with_path(draw, abstract)
+
+
 __all__ = ["MODELS", "get_model_config", "build_model", "needs_graph", "count_parameters",
-           "DocumentEncoder", "EncoderSpec", "example_batch", "abstract_parameters", "count_tree"]
+           "DocumentEncoder", "EncoderSpec", "example_batch", "abstract_parameters", "count_tree",
+           "random_parameters", "DEFAULT_EDGE_FEATURES"]

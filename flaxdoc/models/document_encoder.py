@@ -1,0 +1,507 @@
+"""The one document encoder every paper's model is a configuration of (DESIGN §1, §3).
+
+    batch ─► Embeddings ─► [GCN Super-Tokens] ─► [prepend G global tokens]
+          ─► Encoder(attention, layout terms) ─► [drop globals] ─► heads
+
+* **Embeddings** (`flaxdoc.nn.embeddings`): tokens + 1D positions (learned / sine /
+  LSPE / none) + 2D layout (LayoutLM tables / LSPE / none) + pages + token types.
+* **Super-Tokens** (`flaxdoc.nn.gcn`, FormNet): `gcn_layers` graph layers over the
+  featuriser's neighbour arrays; their output feeds the transformer.
+* **Global tokens** (ETC, FormNet: `G = 1`): learned vectors prepended by the model;
+  they have no box, so layout terms never touch pairs that involve them.
+* **Encoder** (`flaxdoc.nn.encoder`): post-LN layers with a pluggable attention
+  ("dense", "etc", "linformer", "cosformer") and layout score terms
+  (`flaxdoc.nn.layout_terms`): Rich Attention per layer; polar, Gaussian and fixed
+  squircle / cross terms shared by all layers.
+* **Heads** (`flaxdoc.nn.heads`): tagging always; MLM (tied to the token table) and
+  1-LOP when pre-training.
+
+`EncoderSpec` is the frozen, validated form of a model config (`ml_collections`
+fields of the same names, see `EncoderSpec.from_config`); `DocumentEncoder` is the
+Linen module (`flaxdoc.models` adds `count_parameters`, `example_batch` and
+`random_parameters` for tests and benchmarks). The per-paper files (`formnet.py`,
+`docpolarbert.py`, ...) only hold a variants table and the defaults of their family.
+
+Geometry for the pairwise terms comes from the batch: box centres in document units
+with pages stacked (`y_doc = 1000 * page + y`, DESIGN §2), 1D positions from
+`batch["positions"]`. cosFormer's 2D re-weighting reads per-page centres instead
+(the released model's convention; its cosines must stay within one page).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from flax import linen as nn
+
+from flaxdoc.nn.attention import DenseSelfAttention, default_kernel_init
+from flaxdoc.nn.cosformer import REWEIGHT_KINDS, CosformerAttention
+from flaxdoc.nn.embeddings import POSITION_1D_KINDS, POSITION_2D_KINDS, Embeddings
+from flaxdoc.nn.encoder import Encoder
+from flaxdoc.nn.etc_attention import EtcAttention, with_global_tokens
+from flaxdoc.nn.gcn import SuperTokenEncoder
+from flaxdoc.nn.heads import LOCAL_ORDER_CLASSES, LocalOrderHead, MLMHead, TaggingHead
+from flaxdoc.nn.layout_terms import (RICH_AXES, FixedBiasTerm, GaussianTerm, PolarTerm,
+                                     RichAttentionTerm, layout_geometry)
+from flaxdoc.nn.linformer import LinformerAttention
+
+Array = jax.Array
+
+ATTENTION_KINDS = ("dense", "etc", "linformer", "cosformer")
+# The string fields of `EncoderSpec` and their allowed values.
+CHOICES = {
+    "attention": ATTENTION_KINDS,
+    "position_1d": POSITION_1D_KINDS,
+    "position_2d": POSITION_2D_KINDS,
+    "cosformer_reweight": REWEIGHT_KINDS,
+    "polar_angle": ("released", "sectors8"),
+    "polar_distance_pool": ("document", "batch"),
+    "gaussian_corner": ("bottom_left", "top_left", "center"),
+    "fixed_bias": ("none", "squircle", "cross"),
+}
+
+# Geometry key marking real (non-global) rows, read by `LongPairsOnly`.
+IS_LONG = "is_long"
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+def _dtype(name: str | Any) -> Any:
+  if isinstance(name, str):
+    if name not in DTYPES:
+      raise ValueError(f"unknown dtype {name!r}; expected one of {sorted(DTYPES)}")
+    return DTYPES[name]
+  return name
+
+
+# --------------------------------------------------------------------------- spec
+@dataclasses.dataclass(frozen=True)
+class EncoderSpec:
+  """Everything that defines a flaxdoc document encoder (one model config, frozen).
+
+  Sizes: `width`, `depth` (transformer layers), `num_heads`, `mlp_dim`.
+  Regularisation: `dropout_rate` (hidden states, heads), `attention_dropout_rate`.
+
+  Embeddings: `position_1d` and `position_2d` ("learned" | "sine" | "lspe" |
+  "lspe_skip" | "none"; see `flaxdoc.nn.embeddings`), `box_size` (LayoutLM's height / width tables),
+  `max_position_embeddings` (learned 1D table size), `position_offset` (added to
+  `batch["positions"]`; RoBERTa's 2), `type_vocab_size`, `page_embedding`, `max_pages`.
+
+  Attention: `attention` ("dense" | "etc" | "linformer" | "cosformer"),
+  `local_radius` and `num_globals` (ETC; globals also allowed with "dense", where
+  they see everything and layout terms skip them), `etc_relative_positions` (ETC's
+  own relative ids), `linformer_proj_length` (`k`), `cosformer_reweight`
+  ("none" | "1d" | "squircle" | "cross").
+
+  Layout terms: `rich_attention` on `rich_axes` (per layer); `polar` (DocPolarBERT,
+  shared) with `polar_angle`, `polar_distance_pool`, `polar_distance_buckets`,
+  `polar_1d_buckets`, `polar_1d_max_distance`; `gaussian` (LAGaBi, shared) with
+  `gaussian_corner`, `gaussian_alpha`; `fixed_bias` ("none" | "squircle" | "cross").
+
+  Super-Tokens: `gcn_layers` (0 = off). Heads: `tagging_hidden`, `local_order_head`.
+  Implementation: `scan_layers`, `remat`, `remat_policy`.
+  """
+  width: int = 768
+  depth: int = 12
+  num_heads: int = 12
+  mlp_dim: int = 3072
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.1
+  layer_norm_epsilon: float = 1e-12
+  initializer_range: float = 0.02
+  # embeddings
+  position_1d: str = "learned"
+  position_2d: str = "learned"
+  box_size: bool = True
+  max_position_embeddings: int = 512
+  position_offset: int = 0
+  type_vocab_size: int = 2
+  page_embedding: bool = False
+  max_pages: int = 64
+  # attention
+  attention: str = "dense"
+  local_radius: int = 84
+  num_globals: int = 0
+  etc_relative_positions: bool = False
+  linformer_proj_length: int = 512
+  cosformer_reweight: str = "1d"
+  # layout terms
+  rich_attention: bool = False
+  rich_axes: tuple[str, ...] = ("x", "y")
+  polar: bool = False
+  polar_angle: str = "released"
+  polar_distance_pool: str = "document"
+  polar_distance_buckets: int = 4
+  polar_1d_buckets: int = 32
+  polar_1d_max_distance: int = 128
+  gaussian: bool = False
+  gaussian_corner: str = "bottom_left"
+  gaussian_alpha: float = 4.0
+  fixed_bias: str = "none"
+  # super-tokens and heads
+  gcn_layers: int = 0
+  tagging_hidden: bool = False
+  local_order_head: bool = False
+  # implementation
+  scan_layers: bool = False
+  remat: bool = False
+  remat_policy: str = "none"
+
+  @classmethod
+  def from_config(cls, config: ml_collections.ConfigDict | Mapping[str, Any]) -> "EncoderSpec":
+    """The spec from a model config; fields the spec does not know (name, variant) are ignored."""
+    values = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {k: v for k, v in values.items() if k in names}
+    if "rich_axes" in kwargs:
+      axes = kwargs["rich_axes"]
+      kwargs["rich_axes"] = (axes,) if isinstance(axes, str) else tuple(axes)
+    return cls(**kwargs)
+
+  @property
+  def head_dim(self) -> int:
+    return self.width // self.num_heads
+
+  @property
+  def uses_layout_terms(self) -> bool:
+    return self.rich_attention or self.polar or self.gaussian or self.fixed_bias != "none"
+
+  def validate(self, *, max_len: int | None = None, name: str = "model") -> "EncoderSpec":
+    """Raises `ValueError` naming the config field when the combination cannot work."""
+    def bad(field: str, msg: str):
+      raise ValueError(f"config.model.{field} ({name}): {msg}")
+
+    for field, choices in CHOICES.items():
+      if getattr(self, field) not in choices:
+        bad(field, f"{getattr(self, field)!r} is not one of {choices}")
+    for field in ("width", "depth", "num_heads", "mlp_dim"):
+      if int(getattr(self, field)) < 1:
+        bad(field, f"must be >= 1, got {getattr(self, field)}")
+    for field in ("num_globals", "gcn_layers", "type_vocab_size", "position_offset"):
+      if int(getattr(self, field)) < 0:
+        bad(field, f"must be >= 0, got {getattr(self, field)}")
+    for field in ("dropout_rate", "attention_dropout_rate"):
+      if not 0.0 <= float(getattr(self, field)) < 1.0:
+        bad(field, f"must be in [0, 1), got {getattr(self, field)}")
+    if self.width % self.num_heads:
+      bad("num_heads", f"width {self.width} is not divisible by num_heads={self.num_heads}")
+    if self.attention == "etc":
+      if self.local_radius < 0:
+        bad("local_radius", f"must be >= 0, got {self.local_radius}")
+      if self.num_globals < 1:
+        bad("num_globals", "ETC attention needs at least one global token")
+    elif self.etc_relative_positions:
+      bad("etc_relative_positions", f"ETC relative ids need attention='etc', not "
+          f"{self.attention!r}")
+    if self.attention in ("linformer", "cosformer"):
+      if self.uses_layout_terms:
+        bad("attention", f"{self.attention} attention never forms [N, N] scores, so pairwise "
+            "layout terms (rich_attention, polar, gaussian, fixed_bias) cannot be used; "
+            "use cosformer_reweight='squircle'/'cross' for 2D locality")
+      if self.num_globals:
+        bad("num_globals", f"global tokens are an ETC / dense feature, not {self.attention}")
+    if self.attention == "linformer" and self.linformer_proj_length < 1:
+      bad("linformer_proj_length", f"must be >= 1, got {self.linformer_proj_length}")
+    if self.rich_attention:
+      axes = tuple(self.rich_axes)
+      if not axes or any(a not in RICH_AXES for a in axes) or len(set(axes)) != len(axes):
+        bad("rich_axes", f"must be distinct names from {RICH_AXES}, got {axes}")
+    if self.polar_distance_buckets < 1:
+      bad("polar_distance_buckets", f"must be >= 1, got {self.polar_distance_buckets}")
+    if self.page_embedding and self.max_pages < 1:
+      bad("max_pages", f"must be >= 1 with page_embedding, got {self.max_pages}")
+    if max_len is not None:
+      if max_len < 1:
+        raise ValueError(f"{name}: max_len must be >= 1, got {max_len}")
+      if (self.position_1d == "learned"
+          and max_len + self.position_offset > self.max_position_embeddings):
+        bad("max_position_embeddings", f"{self.max_position_embeddings} learned positions "
+            f"cannot hold max_len={max_len} (+ position_offset {self.position_offset}); raise "
+            "it or shorten config.data.max_len")
+    return self
+
+
+# --------------------------------------------------------------------------- terms
+class LongPairsOnly(nn.Module):
+  """A layout term restricted to pairs of real tokens: pairs with a global token get 0.
+
+  Used when global tokens go through *dense* attention (ETC does this itself by
+  applying terms to long-long blocks only). The wrapped term's parameters live
+  directly in this module's scope, so the parameter tree is the same as the bare
+  term's (an ETC checkpoint loads into the dense model and vice versa).
+
+  Attributes:
+    make_term: factory of the wrapped term (called with no arguments).
+  """
+  make_term: Callable[..., nn.Module]
+
+  def setup(self):
+    self.term = self.make_term()
+    nn.share_scope(self, self.term)
+
+  def __call__(self, q, k, q_geom, k_geom):
+    logits = self.term(q, k, q_geom, k_geom)  # [..., H|1, Q, K]
+    keep = (q_geom[IS_LONG][..., None, :, None]
+            & k_geom[IS_LONG][..., None, None, :])  # [..., 1, Q, K]
+    return jnp.where(keep, logits, 0.0)
+
+
+# --------------------------------------------------------------------------- module
+class DocumentEncoder(nn.Module):
+  """A layout-aware encoder with tagging / MLM / 1-LOP heads, built from an `EncoderSpec`.
+
+  Attributes:
+    spec: the architecture (validated by `build_document_encoder`).
+    vocab_size: token vocabulary (rows of the token table, tied to the MLM output).
+    num_tags: tag vocabulary size (tagging head outputs).
+    max_len: the sequence length the model is built for (Linformer's `N`, cosFormer's
+      1D `M`); inputs may be shorter.
+    pretraining: also return `"mlm_logits"` (and `"lop_logits"` with a 1-LOP head).
+    dtype: compute dtype (parameters stay `param_dtype`).
+    param_dtype: parameter dtype.
+  """
+  spec: EncoderSpec
+  vocab_size: int
+  num_tags: int
+  max_len: int
+  pretraining: bool = False
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  # ---------------------------------------------------------------- pieces
+  def _attention_factory(self) -> Callable[..., nn.Module]:
+    s = self.spec
+    kernel_init = default_kernel_init(s.initializer_range)
+    common = dict(num_heads=s.num_heads, dtype=self.dtype, param_dtype=self.param_dtype)
+    if s.attention == "dense":
+      return functools.partial(DenseSelfAttention, dropout_rate=s.attention_dropout_rate,
+                               kernel_init=kernel_init, **common)
+    if s.attention == "etc":
+      return functools.partial(EtcAttention, local_radius=s.local_radius,
+                               num_globals=s.num_globals,
+                               relative_positions=s.etc_relative_positions,
+                               dropout_rate=s.attention_dropout_rate, kernel_init=kernel_init,
+                               **common)
+    if s.attention == "linformer":
+      return functools.partial(LinformerAttention, max_length=self.max_len,
+                               proj_length=s.linformer_proj_length,
+                               dropout_rate=s.attention_dropout_rate,
+                               initializer_range=s.initializer_range, **common)
+    return functools.partial(CosformerAttention, reweight=s.cosformer_reweight,
+                             max_length=self.max_len, initializer_range=s.initializer_range,
+                             **common)
+
+  def _terms(self) -> tuple[tuple[Callable[..., nn.Module], ...], tuple[nn.Module, ...]]:
+    """(per-layer term factories, shared term templates)."""
+    s = self.spec
+    layer_terms, shared_terms = [], []
+    if s.rich_attention:
+      rich = functools.partial(RichAttentionTerm, num_heads=s.num_heads, head_dim=s.head_dim,
+                               axes=tuple(s.rich_axes), param_dtype=self.param_dtype)
+      if s.attention == "dense" and s.num_globals:
+        rich = functools.partial(LongPairsOnly, make_term=rich)
+      layer_terms.append(rich)
+    # Shared terms are unbound templates (parent=None): the Encoder creates their
+    # parameters once and hands them to every layer.
+    if s.polar:
+      shared_terms.append(PolarTerm(
+          head_dim=s.head_dim, num_1d_buckets=s.polar_1d_buckets,
+          max_1d_distance=s.polar_1d_max_distance,
+          num_distance_buckets=s.polar_distance_buckets, angle=s.polar_angle,
+          param_dtype=self.param_dtype, parent=None))
+    if s.gaussian:
+      shared_terms.append(GaussianTerm(num_heads=s.num_heads, corner=s.gaussian_corner,
+                                       alpha=s.gaussian_alpha, param_dtype=self.param_dtype,
+                                       parent=None))
+    if s.fixed_bias != "none":
+      shared_terms.append(FixedBiasTerm(kind=s.fixed_bias, parent=None))
+    if s.num_globals and s.attention == "dense" and shared_terms:
+      shared_terms = [LongPairsOnly(make_term=_factory_of(t), parent=None) for t in shared_terms]
+    return tuple(layer_terms), tuple(shared_terms)
+
+  def _geometry(self, boxes: Array, mask: Array, pages: Array, positions: Array
+                ) -> dict[str, Array] | None:
+    s = self.spec
+    if s.attention == "cosformer":
+      if s.cosformer_reweight in ("squircle", "cross"):
+        # Per-page centres: the cosines must stay within a quarter period.
+        return layout_geometry(boxes, mask, positions=positions)
+      return {"positions": positions}
+    if not s.uses_layout_terms:
+      return None
+    distance_buckets = s.polar_distance_buckets if s.polar else None
+    return layout_geometry(boxes, mask, pages=pages, positions=positions,
+                           distance_buckets=distance_buckets,
+                           distance_pool=s.polar_distance_pool)
+
+  # ---------------------------------------------------------------- call
+  @nn.compact
+  def __call__(self, batch: Mapping[str, Any], deterministic: bool = True) -> dict[str, Array]:
+    """Tags (and, when pre-training, MLM / 1-LOP logits) for a featurised batch.
+
+    Args:
+      batch: the featuriser's keys (`flaxdoc.data.features`): `input_ids [B, L]`,
+        `attention_mask [B, L]`, `boxes [B, L, 4]` (0..1000 per page), `page_ids`,
+        `positions` (default `0..L-1`), `neighbor_*` (GCN), `lop_mask` (1-LOP).
+        Other keys are ignored.
+      deterministic: disables dropout.
+
+    Returns:
+      `{"tag_logits": float32 [B, L, T]}`, plus `"mlm_logits" [B, L, V]` and (1-LOP)
+      `"lop_logits" [B, L, 11]` when `pretraining`.
+    """
+    s = self.spec
+    ids = _field(batch, "input_ids", ndim=2)
+    batch_size, length = ids.shape
+    tokens = (batch_size, length)
+    mask = _field(batch, "attention_mask", shape=tokens) > 0  # [B, L]
+    if batch.get("positions") is None:
+      positions = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), tokens)
+    else:
+      positions = _field(batch, "positions", shape=tokens).astype(jnp.int32)  # [B, L]
+    if batch.get("page_ids") is None:
+      pages = jnp.zeros(tokens, jnp.int32)
+    else:
+      # Page ids of padding may be anything: they must not index past the page table.
+      pages = jnp.where(mask, _field(batch, "page_ids", shape=tokens), 0).astype(jnp.int32)
+    if batch.get("boxes") is not None:
+      boxes = _field(batch, "boxes", shape=tokens + (4,))  # [B, L, 4]
+    elif self._needs_boxes():
+      raise ValueError(f"batch lacks 'boxes' [B, L, 4], which this model "
+                       f"(attention={s.attention!r}, position_2d={s.position_2d!r}) reads")
+    else:
+      boxes = jnp.zeros(tokens + (4,), jnp.int32)
+    if s.attention == "linformer" and length > self.max_len:
+      raise ValueError(f"batch length {length} exceeds the Linformer's max_len={self.max_len}")
+
+    position_mask = None
+    if self.pretraining and s.local_order_head and "lop_mask" in batch:
+      lop = _field(batch, "lop_mask", shape=tokens)
+      position_mask = jnp.asarray(lop, bool) & mask  # [B, L]
+
+    embeddings = Embeddings(
+        vocab_size=self.vocab_size, features=s.width,
+        max_length=s.max_position_embeddings, position_1d=s.position_1d,
+        position_2d=s.position_2d, box_size=s.box_size, page=s.page_embedding,
+        max_pages=s.max_pages, type_vocab_size=s.type_vocab_size,
+        mask_position=self.pretraining and s.local_order_head,
+        dropout_rate=s.dropout_rate, layer_norm_epsilon=s.layer_norm_epsilon,
+        initializer_range=s.initializer_range, dtype=self.dtype,
+        param_dtype=self.param_dtype, name="embeddings")
+    x = embeddings(ids, positions=positions + s.position_offset, boxes=boxes, pages=pages,
+                   position_mask=position_mask, deterministic=deterministic)  # [B, L, E]
+
+    if s.gcn_layers:
+      graph = {}
+      for key in ("neighbor_ids", "neighbor_features", "neighbor_mask"):
+        if key not in batch:
+          raise ValueError(f"batch lacks {key!r}: a model with gcn_layers={s.gcn_layers} needs "
+                           "the featuriser's graph (FeatureConfig(graph=True); "
+                           "flaxdoc.models.needs_graph tells the trainer)")
+        graph[key] = jnp.asarray(batch[key])
+      x = SuperTokenEncoder(
+          features=s.width, num_layers=s.gcn_layers, dropout_rate=s.dropout_rate,
+          initializer_range=s.initializer_range, dtype=self.dtype,
+          param_dtype=self.param_dtype, name="super_tokens")(
+              x, boxes, graph["neighbor_ids"], graph["neighbor_features"],
+              graph["neighbor_mask"], node_mask=mask, deterministic=deterministic)  # [B, L, E]
+
+    geom = self._geometry(boxes, mask, pages, positions)
+    g = s.num_globals
+    enc_mask = mask
+    if g:
+      global_table = self.param(
+          "global_embedding",
+          nn.with_logical_partitioning(nn.initializers.normal(s.initializer_range),
+                                       (None, "embed")),
+          (g, s.width), self.param_dtype)  # [G, E]
+      global_x = jnp.broadcast_to(jnp.asarray(global_table, self.dtype),
+                                  (batch_size, g, s.width))  # [B, G, E]
+      global_valid = jnp.ones((batch_size, g), bool)  # [B, G]
+      if geom is not None and s.attention == "dense":
+        geom = dict(geom, **{IS_LONG: jnp.ones((batch_size, length), bool)})
+      x, enc_mask, geom = with_global_tokens(global_x, global_valid, x, mask, geom)
+      # x [B, G+L, E], enc_mask [B, G+L], geometry leaves [B, G+L, ...]
+
+    layer_terms, shared_terms = self._terms()
+    x = Encoder(
+        num_layers=s.depth, attention=self._attention_factory(), mlp_dim=s.mlp_dim,
+        dropout_rate=s.dropout_rate, layer_norm_epsilon=s.layer_norm_epsilon,
+        layer_terms=layer_terms, shared_terms=shared_terms, scan_layers=s.scan_layers,
+        remat=s.remat, remat_policy=s.remat_policy, dtype=self.dtype,
+        param_dtype=self.param_dtype, kernel_init=default_kernel_init(s.initializer_range),
+        name="encoder")(x, enc_mask, geom, deterministic=deterministic)  # [B, G+L, E]
+    x = x[:, g:]  # [B, L, E]
+
+    outputs = {"tag_logits": TaggingHead(
+        num_tags=self.num_tags, hidden=s.tagging_hidden, dropout_rate=s.dropout_rate,
+        initializer_range=s.initializer_range, dtype=self.dtype,
+        param_dtype=self.param_dtype, name="tagging_head")(x, deterministic=deterministic)}
+    if self.pretraining:
+      outputs["mlm_logits"] = MLMHead(
+          embedding=embeddings, vocab_size=self.vocab_size,
+          layer_norm_epsilon=s.layer_norm_epsilon, initializer_range=s.initializer_range,
+          dtype=self.dtype, param_dtype=self.param_dtype, name="mlm_head")(x)  # [B, L, V]
+      if s.local_order_head:
+        outputs["lop_logits"] = LocalOrderHead(
+            num_classes=LOCAL_ORDER_CLASSES, layer_norm_epsilon=s.layer_norm_epsilon,
+            initializer_range=s.initializer_range, dtype=self.dtype,
+            param_dtype=self.param_dtype, name="lop_head")(x)  # [B, L, 11]
+    return outputs
+
+  def _needs_boxes(self) -> bool:
+    s = self.spec
+    return (s.position_2d != "none" or s.uses_layout_terms or s.gcn_layers > 0
+            or (s.attention == "cosformer" and s.cosformer_reweight in ("squircle", "cross")))
+
+
+def _factory_of(template: nn.Module) -> Callable[..., nn.Module]:
+  """A factory re-creating `template` (same attributes, fresh parent and name)."""
+  attrs = {f.name: getattr(template, f.name) for f in dataclasses.fields(template)
+           if f.init and f.name not in ("parent", "name")}
+  return functools.partial(type(template), **attrs)
+
+
+def _field(batch: Mapping[str, Any], key: str, *, ndim: int | None = None,
+           shape: tuple[int, ...] | None = None) -> Array:
+  """`batch[key]` as a jax array, with a `ValueError` naming the key on a bad shape."""
+  if key not in batch:
+    raise ValueError(f"batch lacks {key!r}; pass the featuriser's batch "
+                     f"(flaxdoc.data.features.featurize + batch_features)")
+  value = jnp.asarray(batch[key])
+  if ndim is not None and value.ndim != ndim:
+    raise ValueError(f"batch[{key!r}] must have {ndim} dims, got shape {tuple(value.shape)}")
+  if shape is not None and tuple(value.shape) != tuple(shape):
+    raise ValueError(f"batch[{key!r}] has shape {tuple(value.shape)}, expected {tuple(shape)}")
+  return value
+
+
+# --------------------------------------------------------------------------- helpers
+def build_document_encoder(model_config: ml_collections.ConfigDict | Mapping[str, Any], *,
+                           vocab_size: int, num_tags: int, max_len: int, pretraining: bool,
+                           dtype: str | Any = "float32") -> DocumentEncoder:
+  """A `DocumentEncoder` from a model config (validated; `ValueError` names bad fields)."""
+  name = model_config.get("name", "model") if hasattr(model_config, "get") else "model"
+  spec = EncoderSpec.from_config(model_config).validate(max_len=max_len, name=name)
+  if vocab_size < 1:
+    raise ValueError(f"{name}: vocab_size must be >= 1, got {vocab_size}")
+  if num_tags < 1:
+    raise ValueError(f"{name}: num_tags must be >= 1, got {num_tags}")
+  return DocumentEncoder(spec=spec, vocab_size=int(vocab_size), num_tags=int(num_tags),
+                         max_len=int(max_len), pretraining=bool(pretraining),
+                         dtype=_dtype(dtype), param_dtype=jnp.float32)
+
+
+def spec_config(spec: EncoderSpec | None = None, **overrides) -> ml_collections.ConfigDict:
+  """A model ConfigDict with every `EncoderSpec` field (defaults or `spec`'s), then overrides."""
+  base = dataclasses.asdict(spec or EncoderSpec())
+  unknown = set(overrides) - set(base) - {"name", "variant"}
+  if unknown:
+    raise ValueError(f"unknown model config fields {sorted(unknown)}")
+  base.update(overrides)
+  return ml_collections.ConfigDict(base)
