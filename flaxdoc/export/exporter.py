@@ -1,0 +1,86 @@
+"""Export a trained flaxdoc model: `model.safetensors` + `config.json` (DESIGN §1, interop).
+
+    python -m flaxdoc.export --workdir runs/formnet --out exported/
+    python -m flaxdoc.export --workdir runs/formnet --out exported/ --config configs/formnet_a1.py:local
+
+`config.json` holds everything the PyTorch side needs to rebuild the model and its
+inputs: the model spec (all `EncoderSpec` fields), `vocab_size`, `num_tags`,
+`max_len`, the feature config (scheme, labels, graph options), the tag names in id
+order, the tokenizer spec, the training config (when known) and the format version.
+The trainer writes `WORKDIR/config.json` at train start; `--config` overrides it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Mapping
+
+from flaxdoc.export import weights as weights_lib
+
+FORMAT = "flaxdoc-export"
+FORMAT_VERSION = 1
+
+
+def export_config(model, *, feature_config=None, tag_names=(), tokenizer: str | None = None,
+                  train_config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+  """The `config.json` contents for a built Flax `DocumentEncoder`."""
+  fc = None
+  if feature_config is not None:
+    fc = {k: (list(v) if isinstance(v, tuple) else v)
+          for k, v in dataclasses.asdict(feature_config).items()}
+  spec = dataclasses.asdict(model.spec)
+  spec["rich_axes"] = list(spec["rich_axes"])
+  spec["scan_layers"] = False  # the file is always unscanned (`weights.unstack_layers`)
+  return {"format": FORMAT, "format_version": FORMAT_VERSION, "model": spec,
+          "vocab_size": int(model.vocab_size), "num_tags": int(model.num_tags),
+          "max_len": int(model.max_len), "features": fc, "tag_names": list(tag_names),
+          "tokenizer": tokenizer, "train_config": dict(train_config) if train_config else None}
+
+
+def write_export(out_dir: str | os.PathLike, params: Any, config: Mapping[str, Any]
+                 ) -> dict[str, Any]:
+  """Writes `model.safetensors` and `config.json` into `out_dir`; returns a small summary."""
+  out_dir = os.fspath(out_dir)
+  os.makedirs(out_dir, exist_ok=True)
+  tensors = weights_lib.save_params(params, os.path.join(out_dir, "model.safetensors"),
+                                    metadata={"format": FORMAT})
+  with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
+    json.dump(config, f, indent=1, sort_keys=True, default=str)
+  return {"tensors": len(tensors), "parameters": int(sum(v.size for v in tensors.values())),
+          "out": out_dir}
+
+
+def load_train_config(workdir: str, config_arg: str | None):
+  """The training config: `--config FILE[:ARG]` if given, else `WORKDIR/config.json`."""
+  import ml_collections  # pylint: disable=import-outside-toplevel
+  if config_arg:
+    path, _, arg = config_arg.partition(":")
+    import importlib.util  # pylint: disable=import-outside-toplevel
+    spec = importlib.util.spec_from_file_location("flaxdoc_export_config", path)
+    if spec is None or spec.loader is None:
+      raise FileNotFoundError(f"--config {config_arg!r}: cannot load {path!r}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(arg) if arg else module.get_config()
+  path = os.path.join(workdir, "config.json")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{path} not found: pass --config configs/<name>.py[:arg] (the "
+                            "config the run was trained with)")
+  with open(path, encoding="utf-8") as f:
+    return ml_collections.ConfigDict(json.load(f))
+
+
+def export_workdir(workdir: str, out_dir: str, config_arg: str | None = None) -> dict[str, Any]:
+  """Restores the latest checkpoint of `workdir` and exports it (needs JAX; torch not needed)."""
+  # pylint: disable=import-outside-toplevel
+  from flaxdoc.tags import tag_names as make_tag_names
+  from flaxdoc.train.inference import restore_for_inference
+  config = load_train_config(workdir, config_arg)
+  env, params, _ = restore_for_inference(config, workdir)
+  fc = env.feature_config
+  names = make_tag_names(fc.labels, fc.scheme) if fc.labels else []
+  cfg = export_config(env.model, feature_config=fc, tag_names=names,
+                      tokenizer=str(config.data.tokenizer), train_config=config.to_dict())
+  return write_export(out_dir, params, cfg)

@@ -1,0 +1,221 @@
+"""Hugging Face RoBERTa / BERT / LayoutLM checkpoints -> flaxdoc parameters.
+
+    from flaxdoc.export import hf_import
+    params, report = hf_import.import_checkpoint("roberta-dir/", target_params)
+    print(report.summary())   # mapped / new / unused tensors, by name
+
+Sources: a local directory with `config.json` and `model.safetensors` (preferred) or
+`pytorch_model.bin` (read with `torch.load(weights_only=True)` only: never a general
+unpickle), or an already-loaded state dict `{name: array}`. Nothing is downloaded.
+
+Targets: any flaxdoc dense text encoder built on those checkpoints - DocPolarBERT
+(RoBERTa init), LAGaBi on RoBERTa / BERT / LayoutLM, the LayoutLM variants (and the
+encoder layers of LayoutLinformer / LayoutCosformer, whose projections stay new).
+`target_params` is the freshly initialised flaxdoc tree (e.g. from `model.init` or
+`flaxdoc.models.random_parameters`): every tensor found in the checkpoint replaces
+the target's, the rest (layout terms, tagging head, ...) keeps its initial value and
+is reported as *new*; checkpoint tensors with no flaxdoc counterpart (pooler, MLM
+head) are reported as *unused*. A shape mismatch raises `HFImportError` naming both
+tensors.
+
+Layout conversions (torch `Linear.weight` is `[out, in]`):
+`query/key/value.weight [E, E]` -> `kernel [E, H, D]` (= `W.T` reshaped),
+`attention.output.dense.weight` -> `out.kernel [H, D, E]`, `LayerNorm.weight` ->
+`scale`, embeddings `weight` -> `embedding`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from typing import Any, Mapping
+
+import numpy as np
+
+from flaxdoc.export import weights as weights_lib
+
+ARCHITECTURES = ("roberta", "bert", "layoutlm")
+_PREFIXES = ("roberta.", "bert.", "layoutlm.")
+_EMBEDDING_TABLES = ("word_embeddings", "position_embeddings", "token_type_embeddings",
+                     "x_position_embeddings", "y_position_embeddings",
+                     "h_position_embeddings", "w_position_embeddings")
+
+
+class HFImportError(ValueError):
+  """A checkpoint that cannot be read or does not fit the flaxdoc model (names the tensor)."""
+
+
+@dataclasses.dataclass
+class ImportReport:
+  """What the import did, tensor by tensor (flaxdoc names for mapped / new, HF for unused)."""
+  architecture: str
+  mapped: list[str]
+  new: list[str]
+  unused: list[str]
+
+  def summary(self) -> str:
+    def few(names):
+      return ", ".join(names[:12]) + (" ..." if len(names) > 12 else "")
+    return (f"{self.architecture}: {len(self.mapped)} tensors mapped, {len(self.new)} new "
+            f"({few(self.new)}), {len(self.unused)} unused ({few(self.unused)})")
+
+
+def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+  """(HF config dict, state dict as float32 numpy) from a local checkpoint directory."""
+  path = os.fspath(path)
+  if not os.path.isdir(path):
+    raise HFImportError(f"{path!r} is not a directory with config.json and model weights")
+  config_path = os.path.join(path, "config.json")
+  if not os.path.exists(config_path):
+    raise HFImportError(f"{config_path} not found")
+  with open(config_path, encoding="utf-8") as f:
+    config = json.load(f)
+  st = os.path.join(path, "model.safetensors")
+  binary = os.path.join(path, "pytorch_model.bin")
+  if os.path.exists(st):
+    state = weights_lib.load_tensors(st)
+  elif os.path.exists(binary):
+    import torch  # pylint: disable=import-outside-toplevel
+    # weights_only=True: tensors and plain containers only, no arbitrary unpickling.
+    loaded = torch.load(binary, map_location="cpu", weights_only=True)
+    state = {k: v.detach().to(torch.float32).numpy() for k, v in loaded.items()}
+  else:
+    raise HFImportError(f"{path}: neither model.safetensors nor pytorch_model.bin found")
+  return config, {k: np.asarray(v, np.float32) for k, v in state.items()}
+
+
+def architecture(hf_config: Mapping[str, Any]) -> str:
+  """"roberta" | "bert" | "layoutlm" from the HF `model_type` (XLM-R counts as RoBERTa)."""
+  kind = str(hf_config.get("model_type", "")).lower()
+  if kind in ("xlm-roberta", "camembert"):
+    kind = "roberta"
+  if kind not in ARCHITECTURES:
+    raise HFImportError(f"model_type {kind!r} is not supported; expected one of {ARCHITECTURES}")
+  return kind
+
+
+def _strip(name: str) -> str:
+  for prefix in _PREFIXES:
+    if name.startswith(prefix):
+      return name[len(prefix):]
+  return name
+
+
+def convert_state_dict(state: Mapping[str, Any], num_heads: int
+                       ) -> tuple[dict[str, np.ndarray], list[str]]:
+  """HF names/layouts -> flaxdoc flat names/layouts; returns (converted, unused HF names)."""
+  out: dict[str, np.ndarray] = {}
+  unused: list[str] = []
+  layer_re = re.compile(r"encoder\.layer\.(\d+)\.(.+)")
+  for raw, value in state.items():
+    value = np.asarray(value, np.float32)
+    name = _strip(raw)
+    m = layer_re.fullmatch(name)
+    if name.startswith("embeddings."):
+      rest = name[len("embeddings."):]
+      table = rest.rsplit(".", 1)[0]
+      if table in _EMBEDDING_TABLES and rest.endswith(".weight"):
+        out[f"embeddings.{table}.embedding"] = value
+      elif rest == "LayerNorm.weight":
+        out["embeddings.layer_norm.scale"] = value
+      elif rest == "LayerNorm.bias":
+        out["embeddings.layer_norm.bias"] = value
+      else:
+        unused.append(raw)
+      continue
+    if not m:
+      unused.append(raw)
+      continue
+    layer, rest = f"encoder.layer_{m.group(1)}", m.group(2)
+    converted = _convert_layer_tensor(rest, value, num_heads)
+    if converted is None:
+      unused.append(raw)
+    else:
+      out[f"{layer}.{converted[0]}"] = converted[1]
+  return out, sorted(unused)
+
+
+def _convert_layer_tensor(rest: str, value: np.ndarray, heads: int):
+  simple = {"attention.output.LayerNorm.weight": "attention_norm.scale",
+            "attention.output.LayerNorm.bias": "attention_norm.bias",
+            "output.LayerNorm.weight": "mlp_norm.scale", "output.LayerNorm.bias": "mlp_norm.bias",
+            "intermediate.dense.bias": "mlp_in.bias", "output.dense.bias": "mlp_out.bias",
+            "attention.output.dense.bias": "attention.out.bias"}
+  if rest in simple:
+    return simple[rest], value
+  if rest == "intermediate.dense.weight":
+    return "mlp_in.kernel", value.T
+  if rest == "output.dense.weight":
+    return "mlp_out.kernel", value.T
+  if rest == "attention.output.dense.weight":
+    width = value.shape[0]
+    return "attention.out.kernel", value.T.reshape(heads, -1, width)  # [H, D, E]
+  m = re.fullmatch(r"attention\.self\.(query|key|value)\.(weight|bias)", rest)
+  if m:
+    proj, kind = m.groups()
+    if kind == "weight":
+      return f"attention.{proj}.kernel", value.T.reshape(value.shape[1], heads, -1)  # [E, H, D]
+    return f"attention.{proj}.bias", value.reshape(heads, -1)  # [H, D]
+  return None
+
+
+def import_state_dict(state: Mapping[str, Any], target_params: Any, *, num_heads: int,
+                      architecture_name: str = "state_dict") -> tuple[dict, ImportReport]:
+  """Merges a HF state dict into `target_params` (nested Flax tree); returns (params, report)."""
+  converted, unused = convert_state_dict(state, num_heads)
+  target = weights_lib.flatten_params(target_params)
+  mapped, new = [], []
+  merged = dict(target)
+  for name, value in target.items():
+    if name in converted:
+      src = converted[name]
+      if tuple(src.shape) != tuple(np.shape(value)):
+        raise HFImportError(f"checkpoint tensor for {name!r} has shape {tuple(src.shape)}, the "
+                            f"flaxdoc model expects {tuple(np.shape(value))}: the config sizes "
+                            "(width, heads, vocabulary, positions) must match the checkpoint")
+      merged[name] = src
+      mapped.append(name)
+    else:
+      new.append(name)
+  unused += sorted(k for k in converted if k not in target)
+  report = ImportReport(architecture_name, sorted(mapped), sorted(new), sorted(unused))
+  return weights_lib.unflatten_params(merged), report
+
+
+def import_checkpoint(source: str | os.PathLike | Mapping[str, Any], target_params: Any, *,
+                      num_heads: int | None = None) -> tuple[dict, ImportReport]:
+  """A HF checkpoint directory (or state dict) merged into `target_params`.
+
+  Args:
+    source: checkpoint directory (`config.json` + weights) or a state dict.
+    target_params: the initialised flaxdoc parameter tree (unscanned).
+    num_heads: attention heads; read from the checkpoint's config when omitted
+      (required for a bare state dict).
+  """
+  if isinstance(source, Mapping):
+    if num_heads is None:
+      raise HFImportError("num_heads is required when importing a bare state dict")
+    return import_state_dict(source, target_params, num_heads=num_heads)
+  hf_config, state = read_checkpoint(source)
+  heads = int(num_heads or hf_config["num_attention_heads"])
+  return import_state_dict(state, target_params, num_heads=heads,
+                           architecture_name=architecture(hf_config))
+
+
+def model_config_overrides(hf_config: Mapping[str, Any]) -> dict[str, Any]:
+  """flaxdoc model-config fields that make an encoder the checkpoint's size."""
+  arch = architecture(hf_config)
+  out = {"width": int(hf_config["hidden_size"]), "depth": int(hf_config["num_hidden_layers"]),
+         "num_heads": int(hf_config["num_attention_heads"]),
+         "mlp_dim": int(hf_config["intermediate_size"]),
+         "max_position_embeddings": int(hf_config["max_position_embeddings"]),
+         "type_vocab_size": int(hf_config.get("type_vocab_size", 2)),
+         "layer_norm_epsilon": float(hf_config.get("layer_norm_eps", 1e-12))}
+  if arch == "roberta":
+    out["position_offset"] = int(hf_config.get("pad_token_id", 1)) + 1
+  if hf_config.get("hidden_act", "gelu") != "gelu":
+    raise HFImportError(f"hidden_act={hf_config.get('hidden_act')!r}: flaxdoc layers use the "
+                        "exact (erf) GELU")
+  return out
