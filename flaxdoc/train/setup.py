@@ -45,9 +45,10 @@ class Experiment:
     from flaxdoc import models  # pylint: disable=import-outside-toplevel
     d = config.data
     tokenizer = tokenizers.load_tokenizer(d.tokenizer)
-    labels = tuple(d.labels) if d.get("labels") else dataset_labels(d.dataset)
     if config.mode == "pretrain":
-      labels = ()
+      labels = ()  # MLM needs no label set (user corpora often have none)
+    else:
+      labels = tuple(d.labels) if d.get("labels") else dataset_labels(d.dataset)
     needs_graph = models.needs_graph(config.model)
     fc = FeatureConfig(max_len=int(d.max_len), stride=d.get("stride"), split=d.get("split", "window"),
                        scheme=d.get("scheme", "BIOES"),
@@ -100,7 +101,8 @@ class Experiment:
     import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
     from flax import traverse_util  # pylint: disable=import-outside-toplevel
     path = ckpt_lib.checkpoint_dir(directory)
-    mngr = ocp.CheckpointManager(path, item_names=("state", "data", "meta"),
+    # item_handlers (not just names): item_metadata needs the handler to read the tree.
+    mngr = ocp.CheckpointManager(path, item_handlers={"state": ocp.PyTreeCheckpointHandler()},
                                  options=ocp.CheckpointManagerOptions(read_only=True))
     step = mngr.latest_step()
     if step is None:

@@ -142,3 +142,19 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
   (s1, p1), (s2, p2) = _final_params(str(tmp_path / "ref")), _final_params(str(killed_dir))
   assert s1 == s2 == 12
   jax.tree.map(np.testing.assert_array_equal, p1, p2)
+
+
+@pytest.mark.slow
+def test_finetune_from_pretraining_checkpoint(tmp_path, caplog):
+  """init_from: the encoder comes from the pre-training run, the tagging head is new."""
+  pre = tiny_config(mode="pretrain")
+  pre.total_steps = 2
+  trainer.train_and_evaluate(pre, str(tmp_path / "pre"))
+  ft = tiny_config()
+  ft.total_steps = 1
+  ft.init_from = str(tmp_path / "pre")
+  import logging
+  with caplog.at_level(logging.INFO):
+    trainer.train_and_evaluate(ft, str(tmp_path / "ft"))
+  line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("init_from"))
+  assert "tagging_head" in line and " 0 tensors loaded" not in line, line
