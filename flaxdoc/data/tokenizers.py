@@ -133,7 +133,8 @@ class _CachedWordEncoder:
     return list(ids)
 
   def _encode_word_uncached(self, word: str) -> list[int]:
-    raise NotImplementedError
+    # The hook each tokenizer class defines (SentencePiece, WordPiece, BPE all do).
+    raise TypeError(f"{type(self).__name__} must define _encode_word_uncached(word)")
 
   def __repr__(self) -> str:
     return f"{type(self).__name__}({self.name!r}, vocab_size={self.vocab_size})"
