@@ -1,6 +1,6 @@
 r"""FormNet-A1: GCN Super-Tokens + ETC with Rich Attention, 512 wide, 8 heads.
 
-109M parameters with the BERT-multilingual vocabulary (paper: 131M; see
+119M parameters with the BERT-multilingual vocabulary (paper: 131M; see
 flaxdoc/models/formnet.py). BIOES tags, 1024-token windows, the FormNet optimisation recipe.
 
     python -m flaxdoc.main --config=configs/formnet_a1.py --workdir=/tmp/formnet_a1

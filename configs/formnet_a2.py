@@ -1,6 +1,6 @@
 r"""FormNet-A2: GCN Super-Tokens + ETC with Rich Attention, 768 wide, 12 heads.
 
-199M parameters with the BERT-multilingual vocabulary (paper: 217M; see
+221M parameters with the BERT-multilingual vocabulary (paper: 217M; see
 flaxdoc/models/formnet.py). BIOES tags, 1024-token windows, the FormNet optimisation recipe.
 
     python -m flaxdoc.main --config=configs/formnet_a2.py --workdir=/tmp/formnet_a2

@@ -1,6 +1,6 @@
 r"""FormNet-A3: GCN Super-Tokens + ETC with Rich Attention, 1024 wide, 16 heads.
 
-313M parameters with the BERT-multilingual vocabulary (paper: 345M; see
+351M parameters with the BERT-multilingual vocabulary (paper: 345M; see
 flaxdoc/models/formnet.py). BIOES tags, 1024-token windows, the FormNet optimisation recipe.
 
     python -m flaxdoc.main --config=configs/formnet_a3.py --workdir=/tmp/formnet_a3

@@ -6,7 +6,7 @@ parameter, named by its path joined with dots, in the *Flax layout* (Dense kerne
 
     encoder.layer_0.attention.query.kernel   float32 [E, H, D]
     encoder.shared_term_0.table_1d           float32 [32, D]
-    super_tokens.layer_1.message_in_kernel   float32 [2E + F, E]
+    super_tokens.layer_1.message_in_kernel   float32 [2E + F, H]
 
 Scanned encoders (`scan_layers=True`, parameters stacked under `encoder.layers`
 with a leading `[L]` axis) are unstacked into `encoder.layer_{i}` on export, so a

@@ -44,7 +44,7 @@ from flaxdoc.nn.cosformer import REWEIGHT_KINDS, CosformerAttention
 from flaxdoc.nn.embeddings import POSITION_1D_KINDS, POSITION_2D_KINDS, Embeddings
 from flaxdoc.nn.encoder import Encoder
 from flaxdoc.nn.etc_attention import EtcAttention, with_global_tokens
-from flaxdoc.nn.gcn import SuperTokenEncoder
+from flaxdoc.nn.gcn import MESSAGE_HIDDEN, SuperTokenEncoder
 from flaxdoc.nn.heads import LOCAL_ORDER_CLASSES, LocalOrderHead, MLMHead, TaggingHead
 from flaxdoc.nn.layout_terms import (RICH_AXES, FixedBiasTerm, GaussianTerm, PolarTerm,
                                      RichAttentionTerm, layout_geometry)
@@ -63,6 +63,7 @@ CHOICES = {
     "polar_distance_pool": ("document", "batch"),
     "gaussian_corner": ("bottom_left", "top_left", "center"),
     "fixed_bias": ("none", "squircle", "cross"),
+    "gcn_message_hidden": MESSAGE_HIDDEN,
 }
 
 # Geometry key marking real (non-global) rows, read by `LongPairsOnly`.
@@ -103,7 +104,7 @@ class EncoderSpec:
   `polar_1d_buckets`, `polar_1d_max_distance`; `gaussian` (LAGaBi, shared) with
   `gaussian_corner`, `gaussian_alpha`; `fixed_bias` ("none" | "squircle" | "cross").
 
-  Super-Tokens: `gcn_layers` (0 = off). Heads: `tagging_hidden`, `local_order_head`.
+  Super-Tokens: `gcn_layers` (0 = off), `gcn_message_hidden` ("width" | "input"). Heads: `tagging_hidden`, `local_order_head`.
   Implementation: `scan_layers`, `remat`, `remat_policy`.
   """
   width: int = 768
@@ -145,6 +146,7 @@ class EncoderSpec:
   fixed_bias: str = "none"
   # super-tokens and heads
   gcn_layers: int = 0
+  gcn_message_hidden: str = "width"
   tagging_hidden: bool = False
   local_order_head: bool = False
   # implementation
@@ -405,7 +407,8 @@ class DocumentEncoder(nn.Module):
                            "flaxdoc.models.needs_graph tells the trainer)")
         graph[key] = jnp.asarray(batch[key])
       x = SuperTokenEncoder(
-          features=s.width, num_layers=s.gcn_layers, dropout_rate=s.dropout_rate,
+          features=s.width, num_layers=s.gcn_layers, message_hidden=s.gcn_message_hidden,
+          dropout_rate=s.dropout_rate,
           initializer_range=s.initializer_range, dtype=self.dtype,
           param_dtype=self.param_dtype, name="super_tokens")(
               x, boxes, graph["neighbor_ids"], graph["neighbor_features"],

@@ -3,7 +3,7 @@
 Before serialisation errors can hurt, FormNet lets every token gather context from
 its spatial neighbours. One `GCNLayer`:
 
-    m_kl = MLP([h_k; h_l; e_kl])                    (two layers, width = model width)
+    m_kl = MLP([h_k; h_l; e_kl])                    (two layers, output width = model width)
     a_kl = softmax over valid l in N(k) of (w . m_kl)   (one attention head)
     h_k <- LayerNorm(h_k + sum_l a_kl m_kl)
 
@@ -19,6 +19,13 @@ produced by `flaxdoc.layout.graph.token_neighbours`:
 
 Masked slots have no effect whatever their ids or features hold (they are zeroed
 before use), so padding slots may carry any value, including -1 or NaN.
+
+The message MLP's hidden width is `hidden_features`: the model width `E` by default
+(DESIGN §3.3 read literally), or, as FormNet's configs use, the width of its input
+`2E + F` ("input"). The paper does not print the GCN's sizes; its Table 1 / Table 3
+counts do: with the input-wide hidden layer FormNet A2 / A3 come to 221M / 351M
+against the paper's 217M / 345M (+1.7%), A1 to 119M against 131M; with an `E`-wide
+hidden layer A1 would be 109M (17% under).
 
 Cost: the first MLP layer is linear in the concatenation, so it is applied to node
 states once per node (`[B, L, W]`) and then gathered, rather than once per edge;
@@ -55,6 +62,18 @@ def node_spatial_features(boxes: Array) -> Array:
   return jnp.concatenate([boxes, width[..., None], height[..., None]], axis=-1) / 1000.0
 
 
+MESSAGE_HIDDEN = ("width", "input")
+
+
+def message_hidden_width(message_hidden: str, width: int, edge_features: int) -> int:
+  """The message MLP's hidden width: `E` for "width", `2E + F` for "input"."""
+  if message_hidden == "width":
+    return width
+  if message_hidden == "input":
+    return 2 * width + edge_features
+  raise ValueError(f"message_hidden must be one of {MESSAGE_HIDDEN}, got {message_hidden!r}")
+
+
 def check_graph(h: Array, neighbor_ids: Array, neighbor_features: Array, neighbor_mask: Array,
                 node_mask: Array | None = None, *, owner: str = "GCNLayer") -> None:
   """Validates shapes (always) and neighbour ids (when concrete). Raises `ValueError`."""
@@ -89,9 +108,11 @@ class GCNLayer(nn.Module):
   """One attention-weighted graph convolution with a residual and post-LayerNorm.
 
   Attributes:
+    hidden_features: width of the message MLP's hidden layer (None: the node width).
     dropout_rate: dropout on the messages `m_kl` during training.
     layer_norm_epsilon: epsilon of the output LayerNorm.
   """
+  hidden_features: int | None = None
   dropout_rate: float = 0.0
   layer_norm_epsilon: float = 1e-6
   initializer_range: float = 0.02
@@ -122,6 +143,7 @@ class GCNLayer(nn.Module):
     batch, nodes, width = h.shape
     k = neighbor_ids.shape[2]
     feat_dim = neighbor_features.shape[3]
+    hidden_dim = int(self.hidden_features or width)
     std = self.initializer_range
 
     # Neutralise padding slots so that nothing they hold can reach the output.
@@ -133,21 +155,21 @@ class GCNLayer(nn.Module):
           node_mask, ids.reshape(batch, nodes * k), axis=1).reshape(batch, nodes, k)
     edges = jnp.where(neighbor_mask[..., None], neighbor_features, 0)  # [B, L, K, F]
 
-    # First MLP layer on [h_k; h_l; e_kl]: one kernel [2E + F, W], split by rows so
+    # First MLP layer on [h_k; h_l; e_kl]: one kernel [2E + F, H], split by rows so
     # the node parts are computed per node and gathered, not per edge.
     kernel1 = self.param("message_in_kernel",
                          _partitioned(nn.initializers.normal(std), (None, "mlp")),
-                         (2 * width + feat_dim, width), self.param_dtype)
+                         (2 * width + feat_dim, hidden_dim), self.param_dtype)
     bias1 = self.param("message_in_bias", _partitioned(nn.initializers.zeros, ("mlp",)),
-                       (width,), self.param_dtype)
+                       (hidden_dim,), self.param_dtype)
     h_c, edges, kernel1, bias1 = nn.dtypes.promote_dtype(h, edges, kernel1, bias1,
                                                          dtype=self.dtype)
-    from_self = h_c @ kernel1[:width]  # [B, L, W]
-    from_nb = h_c @ kernel1[width:2 * width]  # [B, L, W]
+    from_self = h_c @ kernel1[:width]  # [B, L, H]
+    from_nb = h_c @ kernel1[width:2 * width]  # [B, L, H]
     from_nb = jnp.take_along_axis(from_nb, ids.reshape(batch, nodes * k, 1), axis=1)
-    from_nb = from_nb.reshape(batch, nodes, k, width)  # [B, L, K, W]
-    from_edge = edges @ kernel1[2 * width:]  # [B, L, K, W]
-    pre = from_self[:, :, None, :] + from_nb + from_edge + bias1  # [B, L, K, W]
+    from_nb = from_nb.reshape(batch, nodes, k, hidden_dim)  # [B, L, K, H]
+    from_edge = edges @ kernel1[2 * width:]  # [B, L, K, H]
+    pre = from_self[:, :, None, :] + from_nb + from_edge + bias1  # [B, L, K, H]
     hidden = nn.gelu(pre, approximate=False)
     messages = nn.Dense(width, dtype=self.dtype, param_dtype=self.param_dtype,
                         kernel_init=_partitioned(nn.initializers.normal(std), ("mlp", "embed")),
@@ -179,10 +201,13 @@ class SuperTokenEncoder(nn.Module):
   Attributes:
     features: model width `E` (node states and messages).
     num_layers: GCN layers (FormNet: 12).
+    message_hidden: hidden width of the message MLPs: "width" (`E`) or "input"
+      (`2E + F`, FormNet's configs; see the module docstring).
     dropout_rate: message dropout in each layer.
   """
   features: int
   num_layers: int = 12
+  message_hidden: str = "width"
   dropout_rate: float = 0.0
   layer_norm_epsilon: float = 1e-6
   initializer_range: float = 0.02
@@ -220,8 +245,10 @@ class SuperTokenEncoder(nn.Module):
                                           (None, "embed")),
                  bias_init=_partitioned(nn.initializers.zeros, ("embed",)),
                  name="node_input")(nodes)  # [B, L, E]
+    hidden = message_hidden_width(self.message_hidden, self.features,
+                                  jnp.shape(neighbor_features)[-1])
     for i in range(self.num_layers):
-      h = GCNLayer(dropout_rate=self.dropout_rate, layer_norm_epsilon=self.layer_norm_epsilon,
+      h = GCNLayer(hidden_features=hidden, dropout_rate=self.dropout_rate, layer_norm_epsilon=self.layer_norm_epsilon,
                    initializer_range=self.initializer_range, dtype=self.dtype,
                    param_dtype=self.param_dtype, name=f"layer_{i}")(
                        h, neighbor_ids, neighbor_features, neighbor_mask, node_mask,

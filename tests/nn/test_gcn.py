@@ -61,8 +61,8 @@ def make_graph(seed=0, nodes=NODES):
   return h, ids, feats, mask
 
 
-def init_layer(h, ids, feats, mask):
-  module = GCNLayer()
+def init_layer(h, ids, feats, mask, hidden_features=None):
+  module = GCNLayer(hidden_features=hidden_features)
   variables = jax.jit(module.init)(jax.random.key(0), h, ids, feats, mask)
   # Larger random weights than the 0.02 init so the attention is far from uniform.
   rng = np.random.default_rng(1)
@@ -71,9 +71,13 @@ def init_layer(h, ids, feats, mask):
   return module, variables, jax.jit(module.apply)
 
 
-def test_layer_matches_loop_reference():
+@pytest.mark.parametrize("hidden_features", [None, 2 * WIDTH + FEATS])
+def test_layer_matches_loop_reference(hidden_features):
   h, ids, feats, mask = make_graph(0)
-  module, variables, apply = init_layer(h, ids, feats, mask)
+  module, variables, apply = init_layer(h, ids, feats, mask, hidden_features)
+  hidden = hidden_features or WIDTH
+  assert variables["params"]["message_in_kernel"].shape == (2 * WIDTH + FEATS, hidden)
+  assert variables["params"]["message_out"]["kernel"].shape == (hidden, WIDTH)
   got = apply(variables, h, ids, feats, mask)
   want = np_gcn_layer(variables["params"], h, ids, feats, mask)
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
@@ -131,10 +135,11 @@ def test_super_token_encoder_composes_projection_and_layers():
   x = np.sort(rng.integers(0, 1001, (BATCH, NODES, 2)), -1)
   y = np.sort(rng.integers(0, 1001, (BATCH, NODES, 2)), -1)
   boxes = np.stack([x[..., 0], y[..., 0], x[..., 1], y[..., 1]], -1).astype(np.float32)
-  module = SuperTokenEncoder(features=WIDTH, num_layers=2)
+  module = SuperTokenEncoder(features=WIDTH, num_layers=2, message_hidden="input")
   variables = jax.jit(module.init)(jax.random.key(0), tokens, boxes, ids, feats, mask)
   p = nn.unbox(variables)["params"]
   assert set(p) == {"node_input", "layer_0", "layer_1"}
+  assert p["layer_1"]["message_in_bias"].shape == (2 * WIDTH + FEATS,)
   got = jax.jit(module.apply)(variables, tokens, boxes, ids, feats, mask)
   spatial = np.concatenate([boxes, boxes[..., 2:3] - boxes[..., 0:1],
                             boxes[..., 3:4] - boxes[..., 1:2]], -1) / 1000.0
@@ -147,6 +152,14 @@ def test_super_token_encoder_composes_projection_and_layers():
     state = np_gcn_layer(p[f"layer_{i}"], state, ids, feats, mask)
   assert got.shape == (BATCH, NODES, WIDTH)
   np.testing.assert_allclose(got, state, rtol=1e-4, atol=1e-4)
+
+
+def test_unknown_message_hidden_is_an_error():
+  h, ids, feats, mask = make_graph(8)
+  boxes = np.zeros((BATCH, NODES, 4), np.float32)
+  with pytest.raises(ValueError, match="message_hidden"):
+    SuperTokenEncoder(features=WIDTH, num_layers=1, message_hidden="wide").init(
+        jax.random.key(0), h, boxes, ids, feats, mask)
 
 
 def test_logical_axes_and_bfloat16():

@@ -563,11 +563,13 @@ class CosformerAttention(nn.Module):
 class GCNLayer(nn.Module):
   """`flaxdoc.nn.gcn.GCNLayer`: `h_k <- LN(h_k + sum_l softmax(w . m_kl) m_kl)`."""
 
-  def __init__(self, width: int, edge_features: int, eps: float = 1e-6):
+  def __init__(self, width: int, edge_features: int, hidden: int | None = None,
+               eps: float = 1e-6):
     super().__init__()
-    self.message_in_kernel = _param(2 * width + edge_features, width)
-    self.message_in_bias = _param(width)
-    self.message_out = Dense(width, width)
+    hidden = int(hidden or width)
+    self.message_in_kernel = _param(2 * width + edge_features, hidden)
+    self.message_in_bias = _param(hidden)
+    self.message_out = Dense(hidden, width)
     self.attention = Dense(width, 1, use_bias=False)
     self.layer_norm = LayerNorm(width, eps)
 
@@ -580,9 +582,10 @@ class GCNLayer(nn.Module):
     edges = torch.where(nb_mask[..., None], feats, torch.zeros_like(feats))
     w1 = self.message_in_kernel
     from_self = h @ w1[:width]
+    hidden = w1.shape[1]
     from_nb = torch.gather(h @ w1[width:2 * width], 1,
-                           flat[..., None].expand(batch, nodes * k, width))
-    from_nb = from_nb.reshape(batch, nodes, k, width)
+                           flat[..., None].expand(batch, nodes * k, hidden))
+    from_nb = from_nb.reshape(batch, nodes, k, hidden)
     pre = from_self[:, :, None, :] + from_nb + edges @ w1[2 * width:] + self.message_in_bias
     messages = self.message_out(F.gelu(pre))  # [B, L, K, E]
     scores = self.attention(messages)[..., 0]  # [B, L, K]
@@ -595,12 +598,16 @@ class GCNLayer(nn.Module):
 class SuperTokenEncoder(nn.Module):
   """`flaxdoc.nn.gcn.SuperTokenEncoder`: node input projection, then GCN layers."""
 
-  def __init__(self, width: int, num_layers: int, edge_features: int):
+  def __init__(self, width: int, num_layers: int, edge_features: int,
+               message_hidden: str = "width"):
     super().__init__()
     self.node_input = Dense(width + 6, width)
     self.num_layers = num_layers
+    if message_hidden not in ("width", "input"):
+      raise ValueError(f"gcn_message_hidden must be 'width' or 'input', got {message_hidden!r}")
+    hidden = width if message_hidden == "width" else 2 * width + edge_features
     for i in range(num_layers):
-      self.add_module(f"layer_{i}", GCNLayer(width, edge_features))
+      self.add_module(f"layer_{i}", GCNLayer(width, edge_features, hidden))
 
   def forward(self, x, boxes, ids, feats, nb_mask, node_mask) -> torch.Tensor:
     b = boxes.to(torch.float32)

@@ -58,7 +58,8 @@ class TorchDocumentEncoder(nn.Module):
     self.position_offset = int(s.get("position_offset", 0))
     self.embeddings = L.Embeddings(s, vocab_size)
     if self.gcn_layers:
-      self.super_tokens = L.SuperTokenEncoder(e, self.gcn_layers, edge_features)
+      self.super_tokens = L.SuperTokenEncoder(e, self.gcn_layers, edge_features,
+                                              s.get("gcn_message_hidden", "width"))
     if self.num_globals:
       self.global_embedding = nn.Parameter(torch.zeros(self.num_globals, e))
 
