@@ -71,15 +71,23 @@ def box_corner(boxes, corner: str = "bottom_left", scale: float = 1000.0) -> jnp
   return box_point(boxes, corner) / scale  # [..., 2]
 
 
+# Below this distance (in the points' units) two points coincide; the rho of the
+# pair is kept (it is ~0 anyway), only the angle is set to 0.
+ORIGIN_RADIUS = 1e-6
+
+
 def polar_coordinates(pts_q, pts_k) -> tuple[jnp.ndarray, jnp.ndarray]:
   """`(rho, theta)`, each `[..., Q, K]`: distance and `atan2(dx, dy)` of key from query.
 
   Both have finite gradients w.r.t. the points everywhere (at coinciding points
-  `theta` is 0 with zero gradient).
+  `theta` is 0 with zero gradient). Points closer than `ORIGIN_RADIUS` count as
+  coinciding: under jit, XLA may fuse `a * s - b * s` into an FMA, so two equal
+  points scaled on each side can come out an ulp apart, and an arbitrary angle
+  for the self pair would cost up to `alpha` of bias.
   """
   dx, dy = pairwise_deltas(pts_q, pts_k)  # [..., Q, K] each
   rho = safe_norm(dx, dy)  # [..., Q, K]
-  origin = (dx == 0) & (dy == 0)  # [..., Q, K]
+  origin = rho < ORIGIN_RADIUS  # [..., Q, K]
   theta = jnp.where(origin, 0.0, jnp.arctan2(jnp.where(origin, 1.0, dx),
                                              jnp.where(origin, 1.0, dy)))  # [..., Q, K]
   return rho, theta

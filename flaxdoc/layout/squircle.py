@@ -21,11 +21,13 @@ expansion `w(i, j) = sum_m f_m(i) f_m(j)`:
   attentions (x factors and y factors) and keeps the element of larger
   magnitude, so `cross_factors_2d` returns the two factor pairs.
 
-The weights are in `[0, 1]` only while `|dx|, |dy| <= M`. With pages stacked
-vertically (`y_doc = 1000 page + y`) cross-page offsets exceed 1000 and the
-cosines go negative: harmless for `log_weight_bias` (floored), but the linear
-attention needs non-negative weights, so give it `extent = 1000 * max_pages`
-(or split documents at page boundaries).
+The cosines are in `[0, 1]` only while `|dx|, |dy| <= M`, and periodic beyond. With
+pages stacked vertically (`y_doc = 1000 page + y`) cross-page offsets exceed 1000:
+the pairwise weights (`squircle_weight`, `cross_weight`) clamp each offset at `M`,
+so a pair more than `M` apart on an axis gets weight 0 on it (a word four pages
+away is not "aligned" with `cos(2 pi) = 1`). The factorisations cannot clamp: the
+linear attention needs `extent = 1000 * max_pages` (or documents split at page
+boundaries) to keep its weights non-negative and monotone.
 """
 
 from __future__ import annotations
@@ -51,9 +53,15 @@ def _check_extent(extent: float) -> float:
 
 
 def _axis_cosines(centers_q, centers_k, extent: float) -> tuple[jnp.ndarray, jnp.ndarray]:
-  a = math.pi / (2.0 * _check_extent(extent))
+  extent = _check_extent(extent)
+  a = math.pi / (2.0 * extent)
   dx, dy = pairwise_deltas(centers_q, centers_k)  # [..., Q, K] each
-  return jnp.cos(a * dx), jnp.cos(a * dy)  # [..., Q, K] each
+  # Clamped at the extent: the cosine is 0 there and would come back up beyond it.
+  dx = jnp.minimum(jnp.abs(dx), extent)
+  dy = jnp.minimum(jnp.abs(dy), extent)
+  # cos(pi / 2) is -4e-8 in float32: keep the weights in [0, 1].
+  return (jnp.maximum(jnp.cos(a * dx), 0.0),
+          jnp.maximum(jnp.cos(a * dy), 0.0))  # [..., Q, K] each
 
 
 def squircle_weight(centers_q, centers_k, extent: float = DEFAULT_EXTENT) -> jnp.ndarray:

@@ -77,6 +77,20 @@ def test_hand_built_directions():
   np.testing.assert_allclose(circ[0, 0, 0], 4 * (math.exp(-0.01 / 0.5) - 1), rtol=1e-4)
 
 
+def test_points_an_ulp_apart_count_as_the_self_pair():
+  # What an FMA makes of `a * s - b * s` for equal a, b: a few ulp, in any direction.
+  p = np.float32(0.37)
+  pq = np.array([[p, p]], np.float32)
+  pk = np.array([[p, p], [np.nextafter(p, np.float32(1)), p], [p, np.nextafter(p, np.float32(0))]],
+                np.float32)
+  rho, theta = gaussian.polar_coordinates(pq, pk)
+  np.testing.assert_array_equal(np.asarray(theta), np.zeros((1, 3)))
+  assert (np.asarray(rho) < gaussian.ORIGIN_RADIUS).all()
+  # Far enough apart, the angle is the real one.
+  _, theta = gaussian.polar_coordinates(pq, np.array([[p + 1e-3, p]], np.float32))
+  np.testing.assert_allclose(np.asarray(theta), [[math.pi / 2]], rtol=1e-6)
+
+
 def test_mu_theta_is_periodic_and_alpha_scales():
   rng = np.random.default_rng(1)
   pq = rng.uniform(0, 1, (5, 2)).astype(np.float32)

@@ -17,8 +17,10 @@ def _weights_reference(cq, ck, extent=1000.0):
   cr = np.zeros((len(cq), len(ck)))
   for i in range(len(cq)):
     for j in range(len(ck)):
-      wx = math.cos(math.pi / 2 * (float(ck[j, 0]) - float(cq[i, 0])) / extent)
-      wy = math.cos(math.pi / 2 * (float(ck[j, 1]) - float(cq[i, 1])) / extent)
+      dx = min(abs(float(ck[j, 0]) - float(cq[i, 0])), extent)
+      dy = min(abs(float(ck[j, 1]) - float(cq[i, 1])), extent)
+      wx = math.cos(math.pi / 2 * dx / extent)
+      wy = math.cos(math.pi / 2 * dy / extent)
       sq[i, j] = wx * wy
       cr[i, j] = max(wx, wy)
   return sq, cr
@@ -131,6 +133,22 @@ def test_blocked_equals_dense():
         if q_idx[i, t] >= 0 and k_idx[i, s] >= 0:
           np.testing.assert_allclose(blocked[:, i, t, s], dense[:, q_idx[i, t], k_idx[i, s]],
                                      atol=1e-6)
+
+
+def test_stacked_pages_are_not_periodic():
+  # Same x, pages 1..4 below (y_doc = 1000 page + y): cos(pi/2 * 4000/1000) would be 1.
+  cq = np.array([[500.0, 100.0]], np.float32)
+  ck = np.array([[500.0, 100.0 + 1000.0 * p] for p in range(5)] + [[500.0, 2100.0 - 1e-3]],
+                np.float32)
+  sq, cr = np.asarray(_sq(cq, ck))[0], np.asarray(_cross(cq, ck))[0]
+  np.testing.assert_allclose(sq[:5], [1, 0, 0, 0, 0], atol=1e-6)
+  np.testing.assert_allclose(cr[:5], [1, 1, 1, 1, 1], atol=1e-6)  # same column: x-aligned
+  assert (sq >= 0).all() and (sq <= 1).all()
+  want_sq, want_cr = _weights_reference(cq, ck)
+  np.testing.assert_allclose(sq, want_sq[0], atol=1e-6)
+  np.testing.assert_allclose(cr, want_cr[0], atol=1e-6)
+  bias = np.asarray(squircle.log_weight_bias(sq))
+  np.testing.assert_allclose(bias[1:5], np.log(squircle.DEFAULT_FLOOR), rtol=1e-6)
 
 
 def test_rejects_bad_extent():
