@@ -21,13 +21,6 @@ def _losses(workdir):
   return [r["train/loss"] for r in metrics_writer.read_metrics(workdir) if "train/loss" in r]
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-  workdir = str(tmp_path_factory.mktemp("train"))
-  result = trainer.train_and_evaluate(tiny_config(), workdir)
-  return workdir, result
-
-
 def test_train_writes_metrics_checkpoints_and_tensorboard(trained):
   workdir, result = trained
   rows = metrics_writer.read_metrics(workdir)
@@ -77,6 +70,41 @@ def test_predict_mode_writes_entities_with_words_boxes_page_score(trained, tmp_p
       assert {"label", "text", "words", "word_boxes", "box", "page", "score"} <= set(e)
       assert len(e["words"]) == len(e["word_boxes"]) and 0.0 <= e["score"] <= 1.0
   assert sorted(os.listdir(tmp_path / "png")) == sorted(f"{d.id}_p0.png" for d in docs)
+
+
+def test_export_cli_on_the_trained_workdir_matches_flax(trained, tmp_path):
+  """`python -m flaxdoc.export` on a real run; the torch model predicts what the checkpoint does."""
+  torch = pytest.importorskip("torch")
+  from flaxdoc.data.features import batch_features
+  from flaxdoc.export.torch import load_exported
+  workdir, _ = trained
+  out = tmp_path / "export"
+  proc = subprocess.run([sys.executable, "-m", "flaxdoc.export", "--workdir", workdir,
+                         "--out", str(out), "--json"], cwd=ROOT, capture_output=True, text=True,
+                        timeout=600, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  summary = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert sorted(os.listdir(out)) == ["config.json", "model.safetensors"]
+  env, params, predict_fn = inference.restore_for_inference(tiny_config(), workdir)
+  assert summary["parameters"] == sum(int(np.size(x)) for x in jax.tree.leaves(params))
+  exported = json.loads((out / "config.json").read_text())
+  assert exported["model"]["gcn_message_hidden"] == "input"
+  assert len(exported["tag_names"]) == env.feature_config.num_tags
+  tmodel = load_exported(out)
+  windows = env.featurized("dev").windows[:4]
+  batch = batch_features(windows)
+  want = predict_fn(batch)  # Flax log-probabilities from the checkpoint
+  with torch.no_grad():
+    logits = tmodel({k: torch.as_tensor(np.asarray(v)) for k, v in batch.items()})
+    got = torch.log_softmax(logits, dim=-1).numpy()
+  mask = np.asarray(batch["attention_mask"], bool)
+  assert mask.sum() > 0
+  np.testing.assert_allclose(got[mask], want[mask], atol=1e-4, rtol=0)
+  # A missing file is a clear error from the CLI, not a traceback.
+  bad = subprocess.run([sys.executable, "-m", "flaxdoc.export", "--workdir", str(tmp_path / "none"),
+                        "--out", str(tmp_path / "o2")], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300, check=False)
+  assert bad.returncode == 2 and "flaxdoc.export:" in bad.stderr
 
 
 def test_pretrain_mode_runs_mlm(tmp_path):
