@@ -3,6 +3,7 @@
     python -m flaxdoc.data.synthetic --num 1000 --seed 0
     python -m flaxdoc.data.synthetic --num 3 --show 1 --kinds invoice
     python -m flaxdoc.data.synthetic --num 5 --target-words 16000
+    python -m flaxdoc.data.synthetic --num 2 --pdf /tmp/pdfs   # PDFs to try `predict` on
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -62,6 +64,27 @@ def _entity_summary(doc: Document) -> str:
   return "\n".join(out)
 
 
+def _write_pdfs(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                config: SyntheticConfig) -> int:
+  """`--pdf DIR`: one PDF per document, each path printed as soon as it is written."""
+  # pylint: disable-next=import-outside-toplevel
+  from flaxdoc.data.synthetic.render_pdf import pdf_file_name, write_pdf
+  try:
+    import matplotlib  # pylint: disable=import-outside-toplevel,unused-import
+  except ImportError:  # say so before anything is generated or written
+    parser.error("--pdf needs matplotlib: pip install matplotlib")
+  out = Path(args.pdf)
+  try:
+    out.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    parser.error(f"--pdf {args.pdf}: cannot create the folder ({e.strerror or e})")
+  for k in range(args.num):
+    doc = make_document(args.seed, args.start + k, config)
+    # Synthetic ids ("synthetic-SEED-INDEX") are unique and safe as file names.
+    print(write_pdf(doc, out / pdf_file_name(doc.id)), flush=True)
+  return 0
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(prog="python -m flaxdoc.data.synthetic", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -79,6 +102,9 @@ def main(argv=None) -> int:
   p.add_argument("--show", type=int, default=0,
                  help="print the first page and the entities of this many documents")
   p.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
+  p.add_argument("--pdf", metavar="DIR",
+                 help="instead of statistics, write the documents as PDFs with a text layer "
+                 "(DIR/<id>.pdf, needs matplotlib; about half a second each) and print their paths")
   args = p.parse_args(argv)
   try:
     config = SyntheticConfig(
@@ -89,6 +115,8 @@ def main(argv=None) -> int:
         ocr_noise=args.ocr_noise)
   except ValueError as e:
     p.error(str(e))
+  if args.pdf:
+    return _write_pdfs(p, args, config)
 
   t0, cpu0 = time.perf_counter(), time.process_time()
   words, pages, segments, ents = [], [], [], []
