@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import subprocess
 import sys
@@ -48,8 +49,8 @@ LENGTHS = (512, 2048, 8192, 16384)
 TORCH_MAX_LENGTH = 2048
 VOCAB = 30_522
 TAGS = 13
-COLUMNS = ("bench", "impl", "tokens", "layers", "width", "compile_s", "time_s", "cpu_s",
-           "tokens_per_s", "peak_rss_mb", "note")
+COLUMNS = ("bench", "impl", "tokens", "layers", "width", "gflop", "compile_s", "time_s", "cpu_s",
+           "gflop_per_s", "tokens_per_s", "peak_rss_mb", "note")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,9 +159,42 @@ def run_one(impl: str, length: int, size: Size) -> dict:
     row = run_torch(length, size)
   else:
     row = run_flaxdoc(impl, length, size)
+  gflop = forward_gflop(impl, length, size)
   row.update(bench="attention", impl=impl, tokens=length, layers=size.layers, width=size.width,
-             tokens_per_s=length / row["time_s"], peak_rss_mb=peak_rss_mb())
+             gflop=gflop, gflop_per_s=gflop / row["time_s"], tokens_per_s=length / row["time_s"],
+             peak_rss_mb=peak_rss_mb())
   return row
+
+
+def forward_gflop(impl: str, length: int, size: Size) -> float:
+  """Matrix-multiply FLOPs of one forward pass (2 per multiply-add), in GFLOP.
+
+  The floor every implementation pays: projections `8 N E^2` and feed-forward
+  `4 N E M` per layer, plus the attention products: dense `4 N^2 E`, ETC
+  `4 N (3b + G) E` (+ the globals' row), Linformer `4 k N E` (projecting keys and
+  values) `+ 4 N k E`, cosFormer `4 N E D` per re-weighting factor. Element-wise
+  work (softmax, Rich Attention terms, LayerNorm) is not counted: it is what makes
+  `dense_rich` slow, but it is memory-bound, not a FLOP count.
+  """
+  n, e, m = float(length), float(size.width), float(size.mlp)
+  d = e / size.heads
+  dense_part = 8 * n * e * e + 4 * n * e * m  # [N, E] x [E, E] x4, [N, E] x [E, M] x2
+  if impl in ("dense", "dense_rich", "layoutlm_torch"):
+    attn = 4 * n * n * e
+  elif impl == "etc_rich":
+    block = size.local_radius + 1
+    padded = math.ceil(n / block) * block
+    globals_ = 1
+    attn = 4 * padded * (3 * block + globals_) * e + 4 * globals_ * (n + globals_) * e
+  elif impl == "linformer":
+    k = float(size.linformer_k)
+    attn = 4 * k * n * e + 4 * n * k * e
+  elif impl == "cosformer":
+    factors = 2  # 1D re-weighting: cos and sin
+    attn = factors * 4 * n * e * d
+  else:
+    raise ValueError(f"unknown impl {impl!r}")
+  return size.layers * (dense_part + attn) / 1e9
 
 
 # --------------------------------------------------------------------------- parent
@@ -233,8 +267,12 @@ def run_subprocess(impl: str, length: int, size: Size, *, limit_gb: float,
   return json.loads(lines[-1])
 
 
-def targets(rows: list[dict]) -> list[dict]:
-  """The scaling targets, from the measured rows (wall-time ratio; CPU-time ratio beside it)."""
+def targets(rows: list[dict], size: Size = Size()) -> list[dict]:
+  """The scaling targets, from the measured rows (wall-time ratio; CPU-time ratio beside it).
+
+  The last row is no target but the bound on the dense / ETC ratios at 2,048: the
+  ratio of their matmul FLOPs, i.e. the speed-up if both ran at the same FLOP rate.
+  """
   wall = {(r["impl"], r["tokens"]): r.get("time_s") for r in rows}
   cpu = {(r["impl"], r["tokens"]): r.get("cpu_s") for r in rows}
 
@@ -248,6 +286,9 @@ def targets(rows: list[dict]) -> list[dict]:
       row["value_cpu"] = cpu[a] / cpu[b]
     return row
 
+  bound = forward_gflop("dense", 2048, size) / forward_gflop("etc_rich", 2048, size)
+  floor = {"bench": "attention_target", "target": "FLOP bound: dense / ETC matmul FLOPs at 2048",
+           "goal": None, "value": bound, "value_cpu": None, "met": None}
   return [
       ratio(("etc_rich", 16384), ("etc_rich", 2048), "ETC time(16384) / time(2048) <= 10", 10),
       ratio(("dense_rich", 2048), ("etc_rich", 2048), "dense+Rich / ETC at 2048 >= 2", 2,
@@ -257,6 +298,7 @@ def targets(rows: list[dict]) -> list[dict]:
       ratio(("layoutlm_torch", 2048), ("etc_rich", 2048), "LayoutLM-torch / ETC at 2048 >= 2",
             2, at_most=False),
       ratio(("etc_rich", 512), ("layoutlm_torch", 512), "ETC / LayoutLM-torch at 512 <= 1", 1),
+      floor,
   ]
 
 
@@ -312,9 +354,9 @@ def main(argv=None) -> int:
          title=f"attention scaling, batch 1, forward only ({machine})")
     if not args.quick:
       print()
-      emit(targets(rows), as_json=False, title="targets")
+      emit(targets(rows, size), as_json=False, title="targets")
   elif not args.quick:
-    emit(targets(rows), as_json=True)
+    emit(targets(rows, size), as_json=True)
   failed = [r for r in rows if str(r.get("note", "")).startswith("failed")]
   return 1 if failed else 0
 
