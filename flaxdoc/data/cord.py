@@ -38,6 +38,7 @@ from typing import Collection
 from flaxdoc.data.datasets import LABELS, DatasetNotFoundError
 from flaxdoc.data.document import Document, DocumentError
 from flaxdoc.data.jsonl import coordinate, load_json_file
+from flaxdoc.data.reading import check_on_error, list_ids, parse_each, select_ids
 from flaxdoc.data.report import LoadReport
 
 CORD_LABELS = LABELS["cord"]
@@ -59,11 +60,7 @@ def _json_dir(data_dir, split: str) -> Path:
 
 def list_cord_ids(data_dir, split: str) -> list[str]:
   """Sorted receipt ids (file stems) of a split on disk."""
-  d = _json_dir(data_dir, split)
-  ids = sorted(p.stem for p in d.glob("*.json"))
-  if not ids:
-    raise DatasetNotFoundError(f"CORD {split!r}: no *.json files in {str(d)!r}")
-  return ids
+  return list_ids(_json_dir(data_dir, split), "*.json", f"CORD {split!r}")
 
 
 def load_cord(data_dir, split: str, *, ids: Collection[str] | None = None,
@@ -81,31 +78,18 @@ def load_cord(data_dir, split: str, *, ids: Collection[str] | None = None,
     on_error: "raise" a `DocumentError` on a malformed file, or "skip" it and
       record it in the report.
   """
-  if on_error not in ("raise", "skip"):
-    raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+  check_on_error(on_error)
   d = _json_dir(data_dir, split)
-  all_ids = list_cord_ids(data_dir, split)
-  if ids is None:
-    ids = all_ids
-  else:
-    missing = sorted(set(ids) - set(all_ids))
-    if missing:
-      raise DatasetNotFoundError(f"CORD {split!r}: no file for id(s) {missing[:5]} in "
-                                 f"{str(d)!r}")
-    ids = sorted(set(ids))
+  ids = select_ids(ids, list_cord_ids(data_dir, split), f"CORD {split!r}: no file", d)
   report = LoadReport(f"cord:{split} ({d})")
   stats = collections.Counter()
   segments_by_label = collections.Counter()
   docs = []
-  for doc_id in ids:
-    local = LoadReport(report.source)
-    try:
-      doc, info = _read_receipt(d / f"{doc_id}.json", doc_id, local, box_policy)
-    except DocumentError as e:
-      if on_error == "raise":
-        raise
-      report.skip_document(doc_id, str(e))
-      continue
+
+  def parse(doc_id, local):
+    return _read_receipt(d / f"{doc_id}.json", doc_id, local, box_policy)
+
+  for doc_id, local, (doc, info) in parse_each(ids, parse, report, on_error):
     report.skipped_words += local.skipped_words
     report.skipped_entities += local.skipped_entities
     for note in doc.repairs:

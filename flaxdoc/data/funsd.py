@@ -38,6 +38,7 @@ from typing import Collection
 from flaxdoc.data.datasets import LABELS, DatasetNotFoundError
 from flaxdoc.data.document import Document, DocumentError
 from flaxdoc.data.jsonl import finite_number, load_json_file, read_box
+from flaxdoc.data.reading import check_on_error, list_ids, parse_each, select_ids
 from flaxdoc.data.report import LoadReport
 from flaxdoc.tags import consecutive_runs
 
@@ -66,11 +67,7 @@ def _annotation_dir(data_dir, split: str) -> Path:
 
 def list_funsd_ids(data_dir, split: str) -> list[str]:
   """Sorted form ids (annotation file stems) of an official split."""
-  ann = _annotation_dir(data_dir, split)
-  ids = sorted(p.stem for p in ann.glob("*.json"))
-  if not ids:
-    raise DatasetNotFoundError(f"FUNSD {split!r}: no *.json files in {str(ann)!r}")
-  return ids
+  return list_ids(_annotation_dir(data_dir, split), "*.json", f"FUNSD {split!r}")
 
 
 def load_funsd(data_dir, split: str, *, ids: Collection[str] | None = None,
@@ -91,35 +88,23 @@ def load_funsd(data_dir, split: str, *, ids: Collection[str] | None = None,
       words stay, untagged), as in LayoutLM's FUNSD setup; counted in
       `report.stats["other_not_entities"]`.
   """
-  if on_error not in ("raise", "skip"):
-    raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+  check_on_error(on_error)
   ann = _annotation_dir(data_dir, split)
-  all_ids = list_funsd_ids(data_dir, split)
-  if ids is None:
-    ids = all_ids
-  else:
-    missing = sorted(set(ids) - set(all_ids))
-    if missing:
-      raise DatasetNotFoundError(f"FUNSD {split!r}: no annotation for id(s) {missing[:5]} in "
-                                 f"{str(ann)!r}")
-    ids = sorted(set(ids))
+  ids = select_ids(ids, list_funsd_ids(data_dir, split), f"FUNSD {split!r}: no annotation",
+                   ann)
   report = LoadReport(f"funsd:{split} ({ann})")
   stats = collections.Counter()
   kept_by_label = collections.Counter()
   skipped_by_label = collections.Counter()
   dropped_relations = collections.Counter()
   docs = []
-  for doc_id in ids:
-    path = ann / f"{doc_id}.json"
+
+  def parse(doc_id, local):
     image = ann.parent / "images" / f"{doc_id}.png" if use_images else None
-    local = LoadReport(report.source)
-    try:
-      doc, info = _read_form(path, doc_id, image, local, box_policy, other_as_entity)
-    except DocumentError as e:
-      if on_error == "raise":
-        raise
-      report.skip_document(doc_id, str(e))
-      continue
+    return _read_form(ann / f"{doc_id}.json", doc_id, image, local, box_policy,
+                      other_as_entity)
+
+  for doc_id, local, (doc, info) in parse_each(ids, parse, report, on_error):
     report.skipped_words += local.skipped_words
     report.skipped_entities += local.skipped_entities
     report.repairs += local.repairs

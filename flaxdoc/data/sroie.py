@@ -50,6 +50,7 @@ import numpy as np
 from flaxdoc.data.datasets import LABELS, DatasetNotFoundError
 from flaxdoc.data.document import Document, DocumentError
 from flaxdoc.data.jsonl import coordinate, parse_json
+from flaxdoc.data.reading import check_on_error, list_ids, parse_each, select_ids
 from flaxdoc.data.report import LoadReport
 
 SROIE_LABELS = LABELS["sroie"]
@@ -79,10 +80,7 @@ def _split_dirs(data_dir, split: str) -> tuple[Path, Path | None]:
 def list_sroie_ids(data_dir, split: str) -> list[str]:
   """Sorted receipt ids (box file stems) of an official split."""
   box, _ = _split_dirs(data_dir, split)
-  ids = sorted(p.stem for p in box.glob("*.txt"))
-  if not ids:
-    raise DatasetNotFoundError(f"SROIE {split!r}: no *.txt files in {str(box)!r}")
-  return ids
+  return list_ids(box, "*.txt", f"SROIE {split!r}")
 
 
 def decode_text(raw: bytes) -> tuple[str, str]:
@@ -140,36 +138,33 @@ def load_sroie(data_dir, split: str, *, ids: Collection[str] | None = None,
     min_similarity: fuzzy alignments below this `difflib` ratio are rejected.
     max_window_lines: the most consecutive OCR lines one fuzzy match may span.
   """
-  if on_error not in ("raise", "skip"):
-    raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+  check_on_error(on_error)
   box_dir, ent_dir = _split_dirs(data_dir, split)
-  all_ids = list_sroie_ids(data_dir, split)
-  if ids is None:
-    ids = all_ids
-  else:
-    missing = sorted(set(ids) - set(all_ids))
-    if missing:
-      raise DatasetNotFoundError(f"SROIE {split!r}: no box file for id(s) {missing[:5]} in "
-                                 f"{str(box_dir)!r}")
-    ids = sorted(set(ids))
+  ids = select_ids(ids, list_sroie_ids(data_dir, split), f"SROIE {split!r}: no box file",
+                   box_dir)
   report = LoadReport(f"sroie:{split} ({box_dir.parent})")
   outcomes = {f: collections.Counter() for f in SROIE_LABELS}
   docs = []
-  for doc_id in ids:
-    ent_path = ent_dir / f"{doc_id}.txt" if ent_dir is not None else None
-    if ent_path is not None and not ent_path.is_file():
-      report.skip_document(doc_id, f"no entities file {ent_path.name} (other receipts of "
-                           "this split have one)")
-      continue
-    local = LoadReport(report.source)
-    try:
-      doc, outcome = _read_receipt(box_dir / f"{doc_id}.txt", ent_path, doc_id, local,
-                                   box_policy, min_similarity, max_window_lines)
-    except DocumentError as e:
-      if on_error == "raise":
-        raise
-      report.skip_document(doc_id, str(e))
-      continue
+
+  def entities_path(doc_id):
+    return ent_dir / f"{doc_id}.txt" if ent_dir is not None else None
+
+  def with_entities(doc_ids):
+    # A receipt without its entities file is skipped whatever `on_error` says.
+    # Filtering lazily keeps the skipped documents of the report in id order.
+    for doc_id in doc_ids:
+      ent_path = entities_path(doc_id)
+      if ent_path is not None and not ent_path.is_file():
+        report.skip_document(doc_id, f"no entities file {ent_path.name} (other receipts of "
+                             "this split have one)")
+        continue
+      yield doc_id
+
+  def parse(doc_id, local):
+    return _read_receipt(box_dir / f"{doc_id}.txt", entities_path(doc_id), doc_id, local,
+                         box_policy, min_similarity, max_window_lines)
+
+  for doc_id, local, (doc, outcome) in parse_each(with_entities(ids), parse, report, on_error):
     report.skipped_words += local.skipped_words
     report.repairs += local.repairs
     if not len(doc):

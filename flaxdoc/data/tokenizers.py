@@ -119,7 +119,17 @@ class _LRU:
 
 
 class _CachedWordEncoder:
-  """Mixin: memoises `_encode_word_uncached` and enforces the non-empty rule."""
+  """Base of the tokenizers: memoises `_encode_word_uncached`, enforces the non-empty rule.
+
+  Also serves the special ids, which each `__init__` looks up in its own vocabulary
+  format and stores in `_pad`, `_unk`, `_cls`, `_sep` and `_mask`.
+  """
+
+  pad_id = property(lambda self: self._pad)
+  unk_id = property(lambda self: self._unk)
+  cls_id = property(lambda self: self._cls)
+  sep_id = property(lambda self: self._sep)
+  mask_id = property(lambda self: self._mask)
 
   def _init_cache(self):
     self._cache = _LRU(_WORD_CACHE_SIZE)
@@ -185,11 +195,6 @@ class SentencePieceTokenizer(_CachedWordEncoder):
     self._init_cache()
 
   vocab_size = property(lambda self: self._sp.get_piece_size())
-  pad_id = property(lambda self: self._pad)
-  unk_id = property(lambda self: self._unk)
-  cls_id = property(lambda self: self._cls)
-  sep_id = property(lambda self: self._sep)
-  mask_id = property(lambda self: self._mask)
 
   def _encode_word_uncached(self, word: str) -> list[int]:
     return self._sp.encode(word)
@@ -267,11 +272,6 @@ class WordPieceTokenizer(_CachedWordEncoder):
     self._init_cache()
 
   vocab_size = property(lambda self: len(self._pieces))
-  pad_id = property(lambda self: self._pad)
-  unk_id = property(lambda self: self._unk)
-  cls_id = property(lambda self: self._cls)
-  sep_id = property(lambda self: self._sep)
-  mask_id = property(lambda self: self._mask)
 
   def id_to_piece(self, i: int) -> str:
     return self._pieces[int(i)]
@@ -465,11 +465,6 @@ class ByteLevelBPETokenizer(_CachedWordEncoder):
     self._init_cache()
 
   vocab_size = property(lambda self: len(self._pieces))
-  pad_id = property(lambda self: self._pad)
-  unk_id = property(lambda self: self._unk)
-  cls_id = property(lambda self: self._cls)
-  sep_id = property(lambda self: self._sep)
-  mask_id = property(lambda self: self._mask)
 
   def id_to_piece(self, i: int) -> str:
     return self._pieces[int(i)]
