@@ -8,7 +8,9 @@ Three layers of API, from pure to module:
   whose keys are all masked gets all-zero weights (and so a zero output), never NaN.
 * `MultiHeadAttention`: the Linen module, `(x_q, x_kv, mask, terms, q_geom, k_geom)`,
   with the query/key/value/output projections annotated with logical axes
-  (`embed`, `heads`, `kv`) so a trainer can shard them from config rules.
+  (`embed`, `heads`, `kv`) so a trainer can shard them from config rules. The
+  projections are `qkv_projections` and `out_projection`, which every flaxdoc
+  attention uses, so all of them have the same parameter names and shapes.
 * `DenseSelfAttention`: the same module behind the *shared self-attention signature*
   that every flaxdoc attention implements (dense, ETC, Linformer, cosFormer), so that
   `flaxdoc.nn.encoder.EncoderLayer` can take any of them:
@@ -201,6 +203,59 @@ def _check_geom(geom: Mapping[str, Array] | None, lead: tuple[int, ...], who: st
                        f"the token dims {tuple(lead)}")
 
 
+def qkv_projections(x_q: Array, x_kv: Array, num_heads: int, head_dim: int, *,
+                    use_bias: bool, dtype: Dtype, param_dtype: Dtype,
+                    kernel_init: Callable[..., Array], precision: Any = None
+                    ) -> tuple[Array, Array, Array]:
+  """The `query`, `key` and `value` projections `[..., T, E] -> [..., T, H, D]`.
+
+  Every flaxdoc attention (dense, ETC, Linformer, cosFormer) projects through this
+  one function, so their parameter trees (names, shapes, logical axes `embed`,
+  `heads`, `kv`) agree and checkpoints and the PyTorch export can move between
+  them. Call it from a compact method: the three `DenseGeneral`s become children
+  of the calling module, with no extra level in the parameter tree.
+
+  Returns:
+    `(q [..., Q, H, D] from x_q, k [..., K, H, D], v [..., K, H, D] from x_kv)`.
+  """
+
+  def dense(name: str) -> nn.DenseGeneral:
+    return nn.DenseGeneral(
+        features=(num_heads, head_dim), axis=-1, use_bias=use_bias, dtype=dtype,
+        param_dtype=param_dtype, precision=precision,
+        kernel_init=nn.with_logical_partitioning(kernel_init, ("embed", "heads", "kv")),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("heads", "kv")),
+        name=name)
+
+  return dense("query")(x_q), dense("key")(x_kv), dense("value")(x_kv)
+
+
+def out_projection(context: Array, features: int, *, use_bias: bool, dtype: Dtype,
+                   param_dtype: Dtype, kernel_init: Callable[..., Array],
+                   precision: Any = None) -> Array:
+  """The `out` projection `[..., T, H, D] -> [..., T, features]`, heads merged.
+
+  The counterpart of `qkv_projections` (same rules: call it from a compact method).
+  """
+  return nn.DenseGeneral(
+      features=features, axis=(-2, -1), use_bias=use_bias, dtype=dtype,
+      param_dtype=param_dtype, precision=precision,
+      kernel_init=nn.with_logical_partitioning(kernel_init, ("heads", "kv", "embed")),
+      bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)),
+      name="out")(context)
+
+
+def check_token_inputs(x: Array, mask: Array, who: str) -> tuple[Array, Array]:
+  """`x` as an array `[B, N, E]` and `mask` as bool `[B, N]`, else a ValueError naming `who`."""
+  x = jnp.asarray(x)
+  mask = jnp.asarray(mask, bool)
+  if x.ndim != 3:
+    raise ValueError(f"{who}: x must be [batch, length, features], got shape {tuple(x.shape)}")
+  if tuple(mask.shape) != tuple(x.shape[:2]):
+    raise ValueError(f"{who}: mask has shape {tuple(mask.shape)}, expected {tuple(x.shape[:2])}")
+  return x, mask
+
+
 class MultiHeadAttention(nn.Module):
   """Multi-head attention `x_q` -> `x_kv` with additive layout terms.
 
@@ -233,14 +288,6 @@ class MultiHeadAttention(nn.Module):
                        f"num_heads={self.num_heads}; set head_dim explicitly")
     return width // self.num_heads
 
-  def _projection(self, head_dim: int, name: str) -> nn.Module:
-    return nn.DenseGeneral(
-        features=(self.num_heads, head_dim), axis=-1, use_bias=self.use_bias,
-        dtype=self.dtype, param_dtype=self.param_dtype, precision=self.precision,
-        kernel_init=nn.with_logical_partitioning(self.kernel_init, ("embed", "heads", "kv")),
-        bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("heads", "kv")),
-        name=name)
-
   @nn.compact
   def __call__(self, x_q: Array, x_kv: Array | None = None, mask: Array | None = None,
                terms: Sequence[Term] = (), q_geom: Any = None, k_geom: Any = None,
@@ -266,9 +313,9 @@ class MultiHeadAttention(nn.Module):
         k_geom = q_geom
     width = x_q.shape[-1]
     head_dim = self._head_dim(width)
-    q = self._projection(head_dim, "query")(x_q)  # [..., Q, H, D]
-    k = self._projection(head_dim, "key")(x_kv)  # [..., K, H, D]
-    v = self._projection(head_dim, "value")(x_kv)  # [..., K, H, D]
+    proj_args = dict(use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype,
+                     kernel_init=self.kernel_init, precision=self.precision)
+    q, k, v = qkv_projections(x_q, x_kv, self.num_heads, head_dim, **proj_args)  # [..., T, H, D]
     bias = apply_terms(terms, q, k, q_geom, k_geom)  # [..., H, Q, K] or None
     dropout_rng = None
     if not deterministic and self.dropout_rate > 0.0:
@@ -277,13 +324,7 @@ class MultiHeadAttention(nn.Module):
         q, k, v, bias=bias, mask=mask, dropout_rate=self.dropout_rate,
         dropout_rng=dropout_rng, deterministic=deterministic, dtype=self.dtype,
         precision=self.precision)  # [..., Q, H, D]
-    out = nn.DenseGeneral(
-        features=self.out_features or width, axis=(-2, -1), use_bias=self.use_bias,
-        dtype=self.dtype, param_dtype=self.param_dtype, precision=self.precision,
-        kernel_init=nn.with_logical_partitioning(self.kernel_init, ("heads", "kv", "embed")),
-        bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)),
-        name="out")(context)  # [..., Q, E]
-    return out
+    return out_projection(context, self.out_features or width, **proj_args)  # [..., Q, E]
 
 
 class DenseSelfAttention(nn.Module):

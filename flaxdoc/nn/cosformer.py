@@ -49,16 +49,13 @@ from flax import linen as nn
 
 from flaxdoc.layout.squircle import (cos_reweight_factors_1d, cross_factors_2d,
                                      squircle_factors_2d)
+from flaxdoc.nn.attention import check_token_inputs, out_projection, qkv_projections
 
 Array = jax.Array
 Dtype = Any
 
 REWEIGHT_KINDS = ("none", "1d", "squircle", "cross")
 DEFAULT_EPS = 1e-4
-
-
-def _partitioned(init, axes):
-  return nn.with_logical_partitioning(init, axes)
 
 
 def linear_attention(q: Array, k: Array, v: Array, q_factors: Array, k_factors: Array,
@@ -168,29 +165,17 @@ class CosformerAttention(nn.Module):
       raise ValueError("CosformerAttention: pairwise layout terms cannot be applied to "
                        "linear attention (they need the [N, N] score matrix); use "
                        "reweight='squircle' or 'cross' for 2D locality")
-    x = jnp.asarray(x)
-    mask = jnp.asarray(mask, bool)
-    if x.ndim != 3:
-      raise ValueError(f"CosformerAttention: x must be [batch, length, features], got "
-                       f"shape {tuple(x.shape)}")
-    batch, length, features = x.shape
-    if tuple(mask.shape) != (batch, length):
-      raise ValueError(f"CosformerAttention: mask has shape {tuple(mask.shape)}, expected "
-                       f"{(batch, length)}")
+    x, mask = check_token_inputs(x, mask, "CosformerAttention")
+    length, features = x.shape[1:]
     if features % self.num_heads:
       raise ValueError(f"CosformerAttention: width {features} is not divisible by "
                        f"num_heads={self.num_heads}")
     head_dim = features // self.num_heads
     factor_sets = self._factors(mask, geom, length)
 
-    init = nn.initializers.normal(self.initializer_range)
-    dense = lambda name: nn.DenseGeneral(  # noqa: E731
-        (self.num_heads, head_dim), dtype=self.dtype, param_dtype=self.param_dtype,
-        use_bias=self.use_bias, kernel_init=_partitioned(init, ("embed", "heads", "kv")),
-        bias_init=_partitioned(nn.initializers.zeros, ("heads", "kv")), name=name)
-    q = dense("query")(x)  # [B, N, H, D]
-    k = dense("key")(x)
-    v = dense("value")(x)
+    proj_args = dict(use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype,
+                     kernel_init=nn.initializers.normal(self.initializer_range))
+    q, k, v = qkv_projections(x, x, self.num_heads, head_dim, **proj_args)  # [B, N, H, D]
 
     # The sums over N run in float32 even when the model computes in bfloat16.
     valid = mask[:, :, None, None]
@@ -204,8 +189,4 @@ class CosformerAttention(nn.Module):
       outputs.append(linear_attention(q, k, v, factors, factors, self.eps))  # [B, N, H, D]
     context = outputs[0] if len(outputs) == 1 else combine_cross(*outputs)
     context = context.astype(self.dtype)
-    return nn.DenseGeneral(features, axis=(-2, -1), dtype=self.dtype,
-                           param_dtype=self.param_dtype, use_bias=self.use_bias,
-                           kernel_init=_partitioned(init, ("heads", "kv", "embed")),
-                           bias_init=_partitioned(nn.initializers.zeros, ("embed",)),
-                           name="out")(context)  # [B, N, E]
+    return out_projection(context, features, **proj_args)  # [B, N, E]

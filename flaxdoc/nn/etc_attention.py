@@ -48,7 +48,8 @@ import numpy as np
 from flax import linen as nn
 
 from flaxdoc.nn.attention import (DOCUMENT_IDS, Term, _check_geom, apply_terms,
-                                  attention_dropout, default_kernel_init, masked_softmax)
+                                  attention_dropout, default_kernel_init, masked_softmax,
+                                  out_projection, qkv_projections)
 
 Array = jax.Array
 Dtype = Any
@@ -351,15 +352,6 @@ class EtcAttention(nn.Module):
   kernel_init: Callable[..., Array] = default_kernel_init()
   precision: Any = None
 
-  def _projection(self, head_dim: int, name: str) -> nn.Module:
-    # Same parameter tree as MultiHeadAttention (query/key/value/out).
-    return nn.DenseGeneral(
-        features=(self.num_heads, head_dim), axis=-1, use_bias=self.use_bias,
-        dtype=self.dtype, param_dtype=self.param_dtype, precision=self.precision,
-        kernel_init=nn.with_logical_partitioning(self.kernel_init, ("embed", "heads", "kv")),
-        bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("heads", "kv")),
-        name=name)
-
   @nn.compact
   def __call__(self, x: Array, mask: Array, terms: Sequence[Term] = (),
                geom: Mapping[str, Array] | None = None, deterministic: bool = True) -> Array:
@@ -390,9 +382,10 @@ class EtcAttention(nn.Module):
     head_dim = self.head_dim or width // self.num_heads
     mask = jnp.asarray(mask, bool)
 
-    q = self._projection(head_dim, "query")(x)  # [B, G+N, H, D]
-    k = self._projection(head_dim, "key")(x)  # [B, G+N, H, D]
-    v = self._projection(head_dim, "value")(x)  # [B, G+N, H, D]
+    # Same parameter tree as MultiHeadAttention (query/key/value/out).
+    proj_args = dict(use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype,
+                     kernel_init=self.kernel_init, precision=self.precision)
+    q, k, v = qkv_projections(x, x, self.num_heads, head_dim, **proj_args)  # [B, G+N, H, D]
 
     geom = dict(geom or {})
     doc = geom.get(DOCUMENT_IDS)
@@ -426,10 +419,4 @@ class EtcAttention(nn.Module):
         dropout_rate=self.dropout_rate, dropout_rng=dropout_rng,
         deterministic=deterministic, precision=self.precision)
     context = jnp.concatenate([out_global, out_long], axis=1)  # [B, G+N, H, D]
-    out = nn.DenseGeneral(
-        features=width, axis=(-2, -1), use_bias=self.use_bias, dtype=self.dtype,
-        param_dtype=self.param_dtype, precision=self.precision,
-        kernel_init=nn.with_logical_partitioning(self.kernel_init, ("heads", "kv", "embed")),
-        bias_init=nn.with_logical_partitioning(nn.initializers.zeros_init(), ("embed",)),
-        name="out")(context)  # [B, G+N, E]
-    return out
+    return out_projection(context, width, **proj_args)  # [B, G+N, E]

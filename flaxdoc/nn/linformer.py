@@ -32,6 +32,8 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from flaxdoc.nn.attention import check_token_inputs, out_projection, qkv_projections
+
 Array = jax.Array
 Dtype = Any
 
@@ -81,15 +83,8 @@ class LinformerAttention(nn.Module):
       raise ValueError("LinformerAttention: pairwise layout terms cannot be applied, the "
                        "key axis is projected from N to k before any score exists; use "
                        "dense/ETC attention, or cosFormer re-weighting, for layout terms")
-    x = jnp.asarray(x)
-    mask = jnp.asarray(mask, bool)
-    if x.ndim != 3:
-      raise ValueError(f"LinformerAttention: x must be [batch, length, features], got shape "
-                       f"{tuple(x.shape)}")
-    batch, length, features = x.shape
-    if tuple(mask.shape) != (batch, length):
-      raise ValueError(f"LinformerAttention: mask has shape {tuple(mask.shape)}, expected "
-                       f"{(batch, length)}")
+    x, mask = check_token_inputs(x, mask, "LinformerAttention")
+    length, features = x.shape[1:]
     if length > self.max_length:
       raise ValueError(f"LinformerAttention: sequence length {length} exceeds max_length="
                        f"{self.max_length}; split the document or build a longer model")
@@ -104,14 +99,9 @@ class LinformerAttention(nn.Module):
       x = jnp.pad(x, ((0, 0), (0, pad), (0, 0)))
       mask = jnp.pad(mask, ((0, 0), (0, pad)))
 
-    init = nn.initializers.normal(self.initializer_range)
-    dense = lambda name: nn.DenseGeneral(  # noqa: E731
-        (self.num_heads, head_dim), dtype=self.dtype, param_dtype=self.param_dtype,
-        use_bias=self.use_bias, kernel_init=_partitioned(init, ("embed", "heads", "kv")),
-        bias_init=_partitioned(nn.initializers.zeros, ("heads", "kv")), name=name)
-    q = dense("query")(x)  # [B, N, H, D]
-    k = dense("key")(x)
-    v = dense("value")(x)
+    proj_args = dict(use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype,
+                     kernel_init=nn.initializers.normal(self.initializer_range))
+    q, k, v = qkv_projections(x, x, self.num_heads, head_dim, **proj_args)  # [B, N, H, D]
 
     # Zero padded keys/values so the sequence projection cannot see them.
     valid = mask[:, :, None, None]
@@ -136,9 +126,5 @@ class LinformerAttention(nn.Module):
     weights = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(self.dtype)
     weights = nn.Dropout(self.dropout_rate)(weights, deterministic=deterministic)
     context = jnp.einsum("bhqp,bphd->bqhd", weights, v_proj)  # [B, N, H, D]
-    out = nn.DenseGeneral(features, axis=(-2, -1), dtype=self.dtype,
-                          param_dtype=self.param_dtype, use_bias=self.use_bias,
-                          kernel_init=_partitioned(init, ("heads", "kv", "embed")),
-                          bias_init=_partitioned(nn.initializers.zeros, ("embed",)),
-                          name="out")(context)  # [B, N, E]
+    out = out_projection(context, features, **proj_args)  # [B, N, E]
     return out[:, :length]
