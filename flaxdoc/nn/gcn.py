@@ -27,9 +27,13 @@ counts do: with the input-wide hidden layer FormNet A2 / A3 come to 221M / 351M
 against the paper's 217M / 345M (+1.7%), A1 to 119M against 131M; with an `E`-wide
 hidden layer A1 would be 109M (17% under).
 
-Cost: the first MLP layer is linear in the concatenation, so it is applied to node
-states once per node (`[B, L, W]`) and then gathered, rather than once per edge;
-only the second layer runs per edge (`O(L * K * E^2)`).
+Cost: both MLP layers are linear where it matters, so neither runs per edge. The
+first is linear in the concatenation: its node parts are applied once per node
+and gathered. The second commutes with the attention-weighted sum (and the
+attention score of a message is a dot product with it), so it is applied to the
+pooled hidden vector once per node. Per edge there remain the edge-feature part
+of the first layer, the GELU and two `H`-vector products: `O(L * (E * H + K * H))`
+instead of `O(L * K * E * H)`.
 
 `SuperTokenEncoder` builds the node input (token embedding concatenated with the six
 spatial features x0, y0, x1, y1, width, height in 0..1 units, projected to the
@@ -104,12 +108,36 @@ def check_graph(h: Array, neighbor_ids: Array, neighbor_features: Array, neighbo
                          f"[0, {nodes}): range [{real.min()}, {real.max()}]")
 
 
+class _DenseParams(nn.Module):
+  """The kernel `[in, out]` and bias `[out]` of a Dense layer, for use outside `__call__`.
+
+  Same parameter names, shapes, initialisers and logical axes as `nn.Dense`, so a
+  checkpoint does not change with how the layer is applied.
+  """
+  in_features: int
+  features: int
+  axes: tuple
+  std: float
+  param_dtype: Dtype = jnp.float32
+  use_bias: bool = True
+
+  @nn.compact
+  def __call__(self) -> tuple[Array, Array | None]:
+    kernel = self.param("kernel", _partitioned(nn.initializers.normal(self.std), self.axes),
+                        (self.in_features, self.features), self.param_dtype)
+    bias = None
+    if self.use_bias:
+      bias = self.param("bias", _partitioned(nn.initializers.zeros, (self.axes[-1],)),
+                        (self.features,), self.param_dtype)
+    return kernel, bias
+
+
 class GCNLayer(nn.Module):
   """One attention-weighted graph convolution with a residual and post-LayerNorm.
 
   Attributes:
     hidden_features: width of the message MLP's hidden layer (None: the node width).
-    dropout_rate: dropout on the messages `m_kl` during training.
+    dropout_rate: dropout on the message MLP's hidden layer (per edge) during training.
     layer_norm_epsilon: epsilon of the output LayerNorm.
   """
   hidden_features: int | None = None
@@ -170,23 +198,31 @@ class GCNLayer(nn.Module):
     from_nb = from_nb.reshape(batch, nodes, k, hidden_dim)  # [B, L, K, H]
     from_edge = edges @ kernel1[2 * width:]  # [B, L, K, H]
     pre = from_self[:, :, None, :] + from_nb + from_edge + bias1  # [B, L, K, H]
-    hidden = nn.gelu(pre, approximate=False)
-    messages = nn.Dense(width, dtype=self.dtype, param_dtype=self.param_dtype,
-                        kernel_init=_partitioned(nn.initializers.normal(std), ("mlp", "embed")),
-                        bias_init=_partitioned(nn.initializers.zeros, ("embed",)),
-                        name="message_out")(hidden)  # [B, L, K, E]
+    hidden = nn.gelu(pre, approximate=False)  # [B, L, K, H]
+
+    # The second layer is linear, so it commutes with the attention-weighted sum:
+    #   score_kl = w . (W2 x_kl + b2) = x_kl . (W2 w) + b2 . w
+    #   sum_l a_kl m_kl = W2 (sum_l a_kl x_kl) + b2 sum_l a_kl
+    # The messages m_kl [B, L, K, E] are never built: per edge only an H-vector dot,
+    # W2 runs once per node (K times less work than once per edge).
+    kernel2, bias2 = _DenseParams(hidden_dim, width, ("mlp", "embed"), std, self.param_dtype,
+                                  name="message_out")()
+    w_att, _ = _DenseParams(width, 1, ("embed", None), std, self.param_dtype, use_bias=False,
+                            name="attention")()
+    kernel2, bias2, w_att = nn.dtypes.promote_dtype(kernel2, bias2, w_att, dtype=self.dtype)
+    score_vec = kernel2 @ w_att[:, 0]  # [H]
+    scores = hidden @ score_vec + bias2 @ w_att[:, 0]  # [B, L, K]
 
     # One-head attention over the valid neighbours (softmax in float32).
-    scores = nn.Dense(1, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
-                      kernel_init=_partitioned(nn.initializers.normal(std), ("embed", None)),
-                      name="attention")(messages)[..., 0]  # [B, L, K]
     scores = jnp.where(neighbor_mask, scores.astype(jnp.float32), jnp.finfo(jnp.float32).min)
     weights = jax.nn.softmax(scores, axis=-1)
     # A node with no valid neighbour gets all-zero weights (softmax gave 1/K each).
     weights = jnp.where(neighbor_mask, weights, 0.0).astype(self.dtype)  # [B, L, K]
 
-    messages = nn.Dropout(self.dropout_rate)(messages, deterministic=deterministic)
-    aggregated = jnp.einsum("blk,blke->ble", weights, messages)  # [B, L, E]
+    # Dropout on the message MLP's hidden layer, per edge (it too commutes with W2).
+    hidden = nn.Dropout(self.dropout_rate)(hidden, deterministic=deterministic)
+    pooled = jnp.einsum("blk,blkh->blh", weights, hidden)  # [B, L, H]
+    aggregated = pooled @ kernel2 + weights.sum(-1, keepdims=True) * bias2  # [B, L, E]
     out = h.astype(self.dtype) + aggregated
     return nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype,
                         param_dtype=self.param_dtype,
