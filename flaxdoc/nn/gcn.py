@@ -137,7 +137,7 @@ class GCNLayer(nn.Module):
 
   Attributes:
     hidden_features: width of the message MLP's hidden layer (None: the node width).
-    dropout_rate: dropout on the message MLP's hidden layer (per edge) during training.
+    dropout_rate: dropout on the pooled hidden vector `sum_l a_kl x_kl` during training.
     layer_norm_epsilon: epsilon of the output LayerNorm.
   """
   hidden_features: int | None = None
@@ -219,9 +219,9 @@ class GCNLayer(nn.Module):
     # A node with no valid neighbour gets all-zero weights (softmax gave 1/K each).
     weights = jnp.where(neighbor_mask, weights, 0.0).astype(self.dtype)  # [B, L, K]
 
-    # Dropout on the message MLP's hidden layer, per edge (it too commutes with W2).
-    hidden = nn.Dropout(self.dropout_rate)(hidden, deterministic=deterministic)
     pooled = jnp.einsum("blk,blkh->blh", weights, hidden)  # [B, L, H]
+    # Dropout on the pooled hidden vector (per node: K times fewer random bits than per edge).
+    pooled = nn.Dropout(self.dropout_rate)(pooled, deterministic=deterministic)
     aggregated = pooled @ kernel2 + weights.sum(-1, keepdims=True) * bias2  # [B, L, E]
     out = h.astype(self.dtype) + aggregated
     return nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype,
@@ -239,7 +239,7 @@ class SuperTokenEncoder(nn.Module):
     num_layers: GCN layers (FormNet: 12).
     message_hidden: hidden width of the message MLPs: "width" (`E`) or "input"
       (`2E + F`, FormNet's configs; see the module docstring).
-    dropout_rate: message dropout in each layer.
+    dropout_rate: dropout of each layer (on its pooled hidden vectors).
   """
   features: int
   num_layers: int = 12
