@@ -113,8 +113,9 @@ def run_predict(config: ml_collections.ConfigDict, workdir: str) -> str:
     os.makedirs(pic_dir, exist_ok=True)
     for doc, p in zip(docs, preds):
       for page in range(doc.num_pages):
+        # With the words written in: a picture of predictions is for reading what was found.
         viz.draw_document(doc, os.path.join(pic_dir, f"{_safe(doc.id)}_p{page}.png"), page=page,
-                          entities=p.entities)
+                          entities=p.entities, show_text=True)
   print(f"wrote predictions for {len(docs)} documents to {out}")
   return out
 
