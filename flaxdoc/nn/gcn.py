@@ -32,8 +32,8 @@ first is linear in the concatenation: its node parts are applied once per node
 and gathered. The second commutes with the attention-weighted sum (and the
 attention score of a message is a dot product with it), so it is applied to the
 pooled hidden vector once per node. Per edge there remain the edge-feature part
-of the first layer, the GELU and two `H`-vector products: `O(L * (E * H + K * H))`
-instead of `O(L * K * E * H)`.
+of the first layer, the GELU and two `H`-vector products: `O(L * (E * H + K * F * H))`
+instead of `O(L * K * (F + E) * H)`.
 
 `SuperTokenEncoder` builds the node input (token embedding concatenated with the six
 spatial features x0, y0, x1, y1, width, height in 0..1 units, projected to the
@@ -284,7 +284,8 @@ class SuperTokenEncoder(nn.Module):
     hidden = message_hidden_width(self.message_hidden, self.features,
                                   jnp.shape(neighbor_features)[-1])
     for i in range(self.num_layers):
-      h = GCNLayer(hidden_features=hidden, dropout_rate=self.dropout_rate, layer_norm_epsilon=self.layer_norm_epsilon,
+      h = GCNLayer(hidden_features=hidden, dropout_rate=self.dropout_rate,
+                   layer_norm_epsilon=self.layer_norm_epsilon,
                    initializer_range=self.initializer_range, dtype=self.dtype,
                    param_dtype=self.param_dtype, name=f"layer_{i}")(
                        h, neighbor_ids, neighbor_features, neighbor_mask, node_mask,
