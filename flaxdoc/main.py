@@ -15,6 +15,7 @@ the data.
 
 import logging
 import os
+import sys
 
 from absl import app, flags
 from ml_collections import config_flags
@@ -25,6 +26,9 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metr
 _MULTIHOST = flags.DEFINE_bool(
     "multihost", None, "Call jax.distributed.initialize() before anything else. Default: when "
     "JAX_COORDINATOR_ADDRESS, SLURM_NTASKS>1 or a TPU pod environment is detected.")
+_TRACEBACK = flags.DEFINE_bool(
+    "traceback", False, "Show the full traceback of checkpoint errors (damaged or mismatching "
+    "checkpoints), which otherwise print one line and exit with status 1.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -39,6 +43,17 @@ def _want_distributed() -> bool:
 
 
 def main(argv):
+  from flaxdoc.train.checkpoint_recovery import CheckpointError  # pylint: disable=import-outside-toplevel
+  try:
+    _main(argv)
+  except CheckpointError as e:
+    if _TRACEBACK.value:
+      raise
+    print(f"flaxdoc: error: {e}", file=sys.stderr)
+    sys.exit(1)
+
+
+def _main(argv):
   del argv
   import jax  # pylint: disable=import-outside-toplevel
   if _want_distributed():

@@ -18,6 +18,7 @@ from flaxdoc.data import datasets, tokenizers
 from flaxdoc.data.document import Document
 from flaxdoc.data.features import FeatureConfig, batch_features, featurize
 from flaxdoc.train import checkpoint as ckpt_lib
+from flaxdoc.train import checkpoint_recovery
 from flaxdoc.train.input_pipeline import FeaturizedSplit, featurize_split
 
 log = logging.getLogger(__name__)
@@ -104,19 +105,24 @@ class Experiment:
     # item_handlers (not just names): item_metadata needs the handler to read the tree.
     mngr = ocp.CheckpointManager(path, item_handlers={"state": ocp.PyTreeCheckpointHandler()},
                                  options=ocp.CheckpointManagerOptions(read_only=True))
-    step = mngr.latest_step()
-    if step is None:
+    if not mngr.all_steps():
       raise FileNotFoundError(f"config.init_from={directory!r}: no checkpoint found in {path}")
-    meta = mngr.item_metadata(step)
-    mngr.close()
-    source = traverse_util.flatten_dict(_metadata_tree(meta["state"])["params"])
     target = traverse_util.flatten_dict(abstract_params)
-    shared = {k: v for k, v in target.items() if k in source and tuple(source[k]) == v.shape}
-    new = sorted("/".join(k) for k in target if k not in shared)
-    unused = sorted("/".join(k) for k in source if k not in target)
-    log.info("init_from %s (step %d): %d tensors loaded, %d new (%s), %d unused (%s)", directory,
-             step, len(shared), len(new), ", ".join(new[:8]), len(unused), ", ".join(unused[:8]))
-    loaded = ckpt_lib.restore_params_only(directory, traverse_util.unflatten_dict(shared), step)
+
+    def read(step):  # a damaged step fails here and the next older one is tried
+      source = traverse_util.flatten_dict(_metadata_tree(mngr.item_metadata(step)["state"])["params"])
+      shared = {k: v for k, v in target.items() if k in source and tuple(source[k]) == v.shape}
+      new = sorted("/".join(k) for k in target if k not in shared)
+      unused = sorted("/".join(k) for k in source if k not in target)
+      log.info("init_from %s (step %d): %d tensors loaded, %d new (%s), %d unused (%s)",
+               directory, step, len(shared), len(new), ", ".join(new[:8]), len(unused),
+               ", ".join(unused[:8]))
+      return ckpt_lib.restore_params_only(directory, traverse_util.unflatten_dict(shared), step)
+
+    try:
+      _, loaded = checkpoint_recovery.newest_good(str(mngr.directory), mngr.all_steps(), read)
+    finally:
+      mngr.close()
     flat = traverse_util.flatten_dict(params)
     flat.update(traverse_util.flatten_dict(loaded))
     return traverse_util.unflatten_dict(flat)

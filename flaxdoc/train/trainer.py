@@ -97,7 +97,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                   async_save=config.get("async_checkpoints", True))
   data_state = None
   if manager.latest_step() is not None:
-    state, data_state, meta = ckpt_lib.restore(manager, abstract_state)
+    # A damaged newer step is skipped and moved aside so its step number can be saved again.
+    state, data_state, meta = ckpt_lib.restore(manager, abstract_state, move_damaged_newer=True)
     log.info("resumed from step %d (%s)", int(state.step), manager.directory)
   elif config.get("init_from"):
     state = state.replace(params=env.load_pretrained(config.init_from, state.params,
@@ -147,7 +148,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       loss = float(metrics["train/loss"])
       if not np.isfinite(loss):
         bar.close()
-        manager.wait_until_finished()
+        ckpt_lib.wait_until_finished(manager)  # + digests
         raise NonFiniteLossError(
             f"non-finite training loss ({loss}) at step {step}; stopping. The last good "
             f"checkpoint (step {manager.latest_step()}) is kept in {manager.directory}. Lower "
@@ -180,7 +181,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       if preempt.requested:
         break
   bar.close()
-  manager.wait_until_finished()
+  ckpt_lib.wait_until_finished(manager)  # + digests
   manager.close()
   writer.close()
   last_metrics["step"] = int(state.step)

@@ -1,0 +1,291 @@
+"""Surviving damaged checkpoints: per-step digests, integrity checks, newest-good fallback.
+
+A checkpoint step can be damaged after Orbax committed it (a full disk, a
+preempted `cp`, a bit flip on a flaky drive) or never finish (a kill during an
+async save). Orbax restores one step and raises whatever TensorStore says
+("OUT_OF_RANGE: Error reading opt_state..."), so one bad file used to stop
+eval, predict, export and training resume although an older step was intact.
+
+What this module adds (`checkpoint.py` calls it; its API is unchanged):
+* a digest per step: once a save has committed, `flaxdoc.sha256` (sha256sum
+  format, so `sha256sum -c flaxdoc.sha256` works in the step folder) records
+  every file of the step, so a truncated, missing or bit-flipped file is caught
+  before TensorStore reads it. Steps written before this existed (or killed
+  between the commit and the digest) have no digest: that check is skipped
+  for them and Orbax's own read errors still mark them damaged;
+* cheap checks before a restore: the commit marker is there, the JSON metadata
+  parses, the digest matches;
+* `newest_good`: walk the steps newest -> oldest, log one warning line per
+  skipped step with its reason, return the first that restores. A checkpoint
+  whose tree does not fit the model is *not* damage (another config): it raises
+  `CheckpointMismatchError` naming the first mismatching parameter;
+* nothing is ever deleted. Training resume moves a damaged step that is newer
+  than the restored one to `WORKDIR/damaged_checkpoints/` (the manager could
+  not save that step number again otherwise) and logs how to remove it; eval,
+  predict, export and `init_from` only skip it.
+
+Digests are local-filesystem only: on gs:// / s3:// paths the checks are the
+commit marker and metadata ones, plus Orbax's read errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from typing import Any, Callable, TypeVar
+
+import jax
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DIGEST_FILE = "flaxdoc.sha256"
+COMMIT_MARKER = "commit_success.txt"
+DAMAGED_DIR = "damaged_checkpoints"
+# Test hook: seconds to sleep inside an async save just before Orbax writes the
+# commit marker, so a test can SIGKILL a run at exactly that point.
+PAUSE_ENV = "FLAXDOC_TEST_PAUSE_BEFORE_COMMIT"
+PAUSE_MARKER = "test_paused_before_commit"
+
+
+class CheckpointError(RuntimeError):
+  """A checkpoint problem worth one line to the user (no traceback by default)."""
+
+
+class NoRestorableCheckpointError(CheckpointError):
+  """Every step in the workdir is damaged; the message lists each step's reason."""
+
+  def __init__(self, directory: str, reasons: list[tuple[int, str]]):
+    self.directory = directory
+    self.reasons = list(reasons)
+    listed = "; ".join(f"step {s}: {r}" for s, r in self.reasons)
+    super().__init__(f"no restorable checkpoint in {directory} ({listed})")
+
+
+class CheckpointMismatchError(CheckpointError):
+  """The checkpoint's tree does not fit the model being restored (another config)."""
+
+
+def is_remote(path: str) -> bool:
+  return "://" in str(path)
+
+
+def step_dir(directory: str, step: int) -> str:
+  return f"{str(directory).rstrip('/')}/{int(step)}"
+
+
+def one_line(exc: BaseException, limit: int = 240) -> str:
+  """`TypeName: first line of the message`, cut to `limit` characters."""
+  text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+  text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+  return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+# ---------------------------------------------------------------- digests
+
+def _files(path: str) -> list[str]:
+  out = []
+  for root, _, names in os.walk(path):
+    for name in names:
+      rel = os.path.relpath(os.path.join(root, name), path)
+      if rel != DIGEST_FILE:
+        out.append(rel)
+  return sorted(out)
+
+
+def _sha256(path: str) -> str:
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+      h.update(chunk)
+  return h.hexdigest()
+
+
+def write_digest(path: str) -> str | None:
+  """Writes `path/flaxdoc.sha256` over every file of a committed step (atomically)."""
+  if is_remote(path) or not os.path.isdir(path):
+    return None
+  lines = [f"{_sha256(os.path.join(path, rel))}  {rel}\n" for rel in _files(path)]
+  target = os.path.join(path, DIGEST_FILE)
+  tmp = target + ".tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.writelines(lines)
+  os.replace(tmp, target)
+  return target
+
+
+def _digest_reason(path: str) -> str | None:
+  digest = os.path.join(path, DIGEST_FILE)
+  if not os.path.exists(digest):
+    return None  # written before digests existed, or killed before it: skip this check
+  with open(digest, encoding="utf-8") as f:
+    for line in f:
+      want, _, rel = line.rstrip("\n").partition("  ")
+      full = os.path.join(path, rel)
+      if not os.path.isfile(full):
+        return f"file {rel} is missing"
+      if _sha256(full) != want:
+        return f"file {rel} does not match its sha256 in {DIGEST_FILE} (truncated or corrupted)"
+  return None
+
+
+# ----------------------------------------------------------------- checks
+
+def check_step(path: str) -> str | None:
+  """The one-line reason why the step folder `path` is damaged, or None when it looks sound."""
+  from etils import epath  # pylint: disable=import-outside-toplevel
+  p = epath.Path(path)
+  if not p.exists():
+    return "folder is missing"
+  if not (p / COMMIT_MARKER).exists():
+    return f"no commit marker ({COMMIT_MARKER}): the save never finished"
+  for item in ("meta", "data"):
+    meta = p / item / "metadata"
+    if not meta.exists():
+      return f"{item}/metadata is missing"
+    try:
+      json.loads(meta.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+      return f"{item}/metadata does not parse as JSON ({one_line(e, 120)})"
+  if not is_remote(path):
+    return _digest_reason(path)
+  return None
+
+
+def _key_name(entry) -> str:
+  for attr in ("key", "name", "idx"):
+    if hasattr(entry, attr):
+      return str(getattr(entry, attr))
+  return str(entry)
+
+
+def _shapes(tree) -> dict[str, tuple]:
+  leaves = jax.tree_util.tree_flatten_with_path(
+      tree, is_leaf=lambda x: hasattr(x, "shape") and not isinstance(x, dict))[0]
+  return {"/".join(_key_name(k) for k in path): tuple(leaf.shape) for path, leaf in leaves}
+
+
+def _params_of(tree):
+  if hasattr(tree, "params"):
+    return tree.params
+  if isinstance(tree, dict) and "params" in tree:
+    return tree["params"]
+  return tree
+
+
+def saved_param_shapes(path: str) -> dict[str, tuple]:
+  """{parameter path: shape} of `path/state` from its Orbax metadata (no array is read)."""
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  from etils import epath  # pylint: disable=import-outside-toplevel
+  meta = ocp.PyTreeCheckpointHandler().metadata(epath.Path(path) / "state")
+  return _shapes(_params_of(getattr(meta, "tree", meta)))
+
+
+def check_fits(path: str, abstract_state: Any, *, subset: bool = False):
+  """Raises `CheckpointMismatchError` when the saved parameters do not fit `abstract_state`.
+
+  `subset=True` (init_from): only parameters present on both sides must agree in shape.
+  """
+  saved = saved_param_shapes(path)
+  wanted = _shapes(_params_of(abstract_state))
+  for name in sorted(set(saved) | set(wanted)):
+    have, want = saved.get(name), wanted.get(name)
+    if have == want or (subset and (have is None or want is None)):
+      continue
+    raise CheckpointMismatchError(
+        f"checkpoint {path} does not fit this model (another config?): parameter {name} is "
+        f"{_describe(have)} in the checkpoint, {_describe(want)} in the model")
+
+
+def _describe(shape) -> str:
+  return "absent" if shape is None else f"shape {shape}"
+
+
+# --------------------------------------------------------------- fallback
+
+def newest_good(directory: str, steps, attempt: Callable[[int], T], *,
+                fits: Callable[[int], None] | None = None,
+                move_damaged_newer: bool = False, manager: Any = None) -> tuple[int, T]:
+  """(step, attempt(step)) for the newest step that passes the checks and restores.
+
+  `fits(step)` may raise `CheckpointMismatchError`, which propagates (a config
+  problem, not damage). Any other failure marks the step damaged: one warning
+  line, then the next older step. `move_damaged_newer` (training resume) moves
+  damaged steps newer than the restored one aside so the manager can save those
+  step numbers again; `manager.reload()` then forgets them.
+  """
+  reasons: list[tuple[int, str]] = []
+  for step in sorted((int(s) for s in steps), reverse=True):
+    path = step_dir(directory, step)
+    reason = check_step(path)
+    if reason is None:
+      try:
+        if fits is not None:
+          fits(step)
+        result = attempt(step)
+      except CheckpointMismatchError:
+        raise
+      except Exception as e:  # pylint: disable=broad-except
+        reason = f"restore failed: {one_line(e)}"
+      else:
+        if move_damaged_newer and reasons:
+          for bad, why in reasons:
+            move_aside(directory, bad, why)
+          if manager is not None:
+            manager.reload()
+        return step, result
+    log.warning("checkpoint step %d in %s is damaged, skipping it: %s", step, directory, reason)
+    reasons.append((step, reason))
+  raise NoRestorableCheckpointError(directory, reasons)
+
+
+def move_aside(directory: str, step: int, reason: str) -> str:
+  """Moves step `step` to `WORKDIR/damaged_checkpoints/<step>` (never deletes it)."""
+  workdir = os.path.dirname(str(directory).rstrip("/"))
+  dest_root = os.path.join(workdir, DAMAGED_DIR)
+  os.makedirs(dest_root, exist_ok=True)
+  dest = os.path.join(dest_root, str(step))
+  if os.path.exists(dest):
+    dest = f"{dest}.{time.strftime('%Y%m%d-%H%M%S')}"
+  shutil.move(step_dir(directory, step), dest)
+  log.warning("moved damaged checkpoint step %d (%s) to %s so training can save step %d again; "
+              "nothing was deleted: inspect it, then remove it with `rm -r %s`",
+              step, reason, dest, step, dest)
+  return dest
+
+
+# --------------------------------------------------------------- test hook
+
+def install_test_pause():
+  """With $FLAXDOC_TEST_PAUSE_BEFORE_COMMIT=SECONDS, sleep before each commit marker is written.
+
+  Only for tests: it lets one SIGKILL a run inside an async save, after the
+  arrays are written and before Orbax commits the step. A file
+  `WORKDIR/test_paused_before_commit` says which step is paused.
+  """
+  seconds = float(os.environ.get(PAUSE_ENV) or 0)
+  if seconds <= 0:
+    return
+  from orbax.checkpoint._src.path import atomicity  # pylint: disable=import-outside-toplevel
+  cls = atomicity.AtomicRenameTemporaryPath
+  if getattr(cls.finalize, "_flaxdoc_pause", False):
+    return
+  original = cls.finalize
+
+  async def finalize(self):
+    final = str(self.get_final())
+    parent = os.path.dirname(final)
+    if os.path.basename(parent) == "checkpoints":  # the step folder, not its items
+      with open(os.path.join(os.path.dirname(parent), PAUSE_MARKER), "w", encoding="utf-8") as f:
+        f.write(final)
+      await asyncio.sleep(seconds)
+    return await original(self)
+
+  finalize._flaxdoc_pause = True  # pylint: disable=protected-access
+  cls.finalize = finalize
