@@ -6,7 +6,10 @@ made, so that code further down (featurisation, geometry, models) can trust it:
 * every per-word array has one entry per word;
 * boxes are finite `[x0, y0, x1, y1]` in page pixels with `x0 <= x1`, `y0 <= y1`,
   inside their page (or clipped to it, by the explicit `box_policy="clip"`);
-* words are non-empty strings;
+* words are non-empty strings of valid Unicode: no lone surrogates (`"\ud800"`
+  is valid JSON but not valid text, and kills SentencePiece) and no control
+  characters other than whitespace (or each one replaced by U+FFFD, by the
+  explicit `text_policy="replace"`);
 * entity labels belong to the document's label set (when one is given) and entity
   word indices are valid and not shared between entities.
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import unicodedata
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -27,6 +31,8 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 BOX_POLICIES = ("error", "clip")
+TEXT_POLICIES = ("error", "replace")
+REPLACEMENT_CHAR = "\ufffd"
 _INT32_LIMIT = 2**31
 
 
@@ -74,7 +80,7 @@ class Document:
     entities: gold entities (or `None` for unlabelled documents).
     relations: pairs of entity indices (FUNSD `linking`), kept for later use.
     label_set: the labels entities may use (`None`: not checked).
-    repairs: human-readable notes of what the box policy repaired.
+    repairs: human-readable notes of what the box and text policies repaired.
   """
   id: str
   words: tuple[str, ...]
@@ -103,6 +109,7 @@ class Document:
       label_set: Sequence[str] | None = None,
       box_policy: str = "error",
       source: str | None = None,
+      text_policy: str = "error",
   ) -> "Document":
     """Validates its input and returns a `Document`, or raises `DocumentError`.
 
@@ -121,6 +128,9 @@ class Document:
         inverted; "clip" swaps inverted coordinates and clips boxes to the page,
         logging each repair.
       source: file the document came from, used in error messages.
+      text_policy: "error" (default) raises on a word holding a lone surrogate
+        or a control character other than whitespace; "replace" replaces each
+        such character with U+FFFD, recording the repair.
     """
     doc_id = str(id)
 
@@ -129,6 +139,8 @@ class Document:
 
     if box_policy not in BOX_POLICIES:
       raise ValueError(f"box_policy must be one of {BOX_POLICIES}, got {box_policy!r}")
+    if text_policy not in TEXT_POLICIES:
+      raise ValueError(f"text_policy must be one of {TEXT_POLICIES}, got {text_policy!r}")
     if not doc_id:
       raise err("empty document id", "id")
 
@@ -145,6 +157,17 @@ class Document:
         raise err(f"word {i} is {type(w).__name__}, not str", "words")
       if not w.strip():
         raise err(f"word {i} is empty or whitespace ({w!r})", "words")
+    repairs: list[str] = []
+    bad_words = [i for i, w in enumerate(words) if invalid_char(w) is not None]
+    if bad_words:
+      i = bad_words[0]
+      if text_policy == "error":
+        ch = invalid_char(words[i])
+        raise err(f"word {i} ({words[i]!r}) holds {describe_char(ch)}; read with "
+                  "text_policy='replace' to replace such characters with U+FFFD", "words")
+      words = tuple(repair_text(w) if k in set(bad_words) else w for k, w in enumerate(words))
+      repairs.append(f"replaced invalid characters (lone surrogates, control characters) with "
+                     f"U+FFFD in {len(bad_words)} words (first: word {i})")
 
     # --- boxes
     boxes = _as_array(boxes, np.float64, err, "boxes")
@@ -178,7 +201,6 @@ class Document:
       raise err(f"negative page index {int(pages.min())}", "pages")
 
     # --- page sizes
-    repairs: list[str] = []
     if page_sizes is None:
       num_pages = int(pages.max()) + 1 if n else 1
       page_sizes = np.zeros((num_pages, 2))
@@ -361,6 +383,25 @@ def _as_array(value, dtype, err, field) -> np.ndarray:
     if arr.size and not np.isfinite(arr).all():
       raise err("contains NaN or inf", field)
   return arr
+
+
+def invalid_char(text: str) -> str | None:
+  """The first character of `text` that is a lone surrogate or a non-whitespace control, or None."""
+  for ch in text:
+    cat = unicodedata.category(ch)
+    if cat == "Cs" or (cat == "Cc" and not ch.isspace()):
+      return ch
+  return None
+
+
+def describe_char(ch: str) -> str:
+  kind = "a lone surrogate" if unicodedata.category(ch) == "Cs" else "a control character"
+  return f"{kind} (U+{ord(ch):04X}), not valid text"
+
+
+def repair_text(text: str) -> str:
+  """`text` with each lone surrogate and non-whitespace control character replaced by U+FFFD."""
+  return "".join(REPLACEMENT_CHAR if invalid_char(ch) is not None else ch for ch in text)
 
 
 def is_finite_number(x) -> bool:

@@ -190,7 +190,8 @@ def document_to_json(doc: Document) -> dict:
   return obj
 
 
-def document_from_json(obj, *, source: str | None = None, box_policy: str = "error") -> Document:
+def document_from_json(obj, *, source: str | None = None, box_policy: str = "error",
+                       text_policy: str = "error") -> Document:
   """Validates one decoded JSON object (format version 1) and builds its `Document`.
 
   Raises:
@@ -282,7 +283,8 @@ def document_from_json(obj, *, source: str | None = None, box_policy: str = "err
       raise field_err("label_set")(f"must be a list of strings, got {_short(labels)}")
     kwargs["label_set"] = labels
 
-  return Document.create(doc_id, words, boxes, box_policy=box_policy, source=source, **kwargs)
+  return Document.create(doc_id, words, boxes, box_policy=box_policy, source=source,
+                         text_policy=text_policy, **kwargs)
 
 
 # --------------------------------------------------------------------------- files
@@ -317,7 +319,8 @@ def write_jsonl(path: str | os.PathLike, docs: Iterable[Document]) -> int:
 
 
 def iter_jsonl(path: str | os.PathLike, *, on_error: str = "raise", box_policy: str = "error",
-               report: LoadReport | None = None) -> Iterator[Document]:
+               report: LoadReport | None = None, text_policy: str = "error"
+               ) -> Iterator[Document]:
   """Yields the documents of a JSON Lines file one at a time (see the module doc).
 
   Args:
@@ -327,6 +330,9 @@ def iter_jsonl(path: str | os.PathLike, *, on_error: str = "raise", box_policy: 
     box_policy: passed to `Document.create` ("error" or "clip"); repairs are
       recorded in `report.repairs`.
     report: where skips and repairs are recorded (a fresh one if None).
+    text_policy: passed to `Document.create` ("error" or "replace": lone
+      surrogates and control characters in words become U+FFFD, recorded in
+      `report.repairs`).
   """
   if on_error not in ON_ERROR:
     raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
@@ -345,7 +351,7 @@ def iter_jsonl(path: str | os.PathLike, *, on_error: str = "raise", box_policy: 
         if not text.strip():
           continue
         doc = document_from_json(parse_json(text, source=source), source=source,
-                                 box_policy=box_policy)
+                                 box_policy=box_policy, text_policy=text_policy)
         if doc.id in seen:
           raise DocumentError(f"duplicate document id (first on line {seen[doc.id]})",
                               doc_id=doc.id, field="id", source=source)
@@ -362,10 +368,12 @@ def iter_jsonl(path: str | os.PathLike, *, on_error: str = "raise", box_policy: 
 
 
 def read_jsonl(path: str | os.PathLike, *, on_error: str = "raise",
-               box_policy: str = "error") -> tuple[list[Document], LoadReport]:
+               box_policy: str = "error", text_policy: str = "error"
+               ) -> tuple[list[Document], LoadReport]:
   """Reads a whole JSON Lines file: `(documents, report)`. See `iter_jsonl`."""
   report = LoadReport(os.fspath(path))
-  docs = list(iter_jsonl(path, on_error=on_error, box_policy=box_policy, report=report))
+  docs = list(iter_jsonl(path, on_error=on_error, box_policy=box_policy, report=report,
+                         text_policy=text_policy))
   return docs, report
 
 

@@ -641,7 +641,9 @@ def read_pdf(path: str | os.PathLike, *, doc_id: str | None = None,
   return Document.create(doc_id, all_words, np.concatenate(all_boxes),
                          pages=np.concatenate(all_pages), page_sizes=page_sizes,
                          segments=np.concatenate(all_segments), entities=None,
-                         box_policy="clip", source=source)
+                         box_policy="clip", source=source,
+                         # A broken font's ToUnicode map can yield lone surrogates: U+FFFD, recorded.
+                         text_policy="replace")
 
 
 def read_pdfs(paths: Iterable[str | os.PathLike], *, on_error: str = "skip",

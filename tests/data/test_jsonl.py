@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from flaxdoc.data import Document, DocumentError
+from flaxdoc.data.document import repair_text
 from flaxdoc.data.jsonl import (FORMAT, document_from_json, document_to_json, parse_json,
                                 read_jsonl, write_jsonl)
 
@@ -43,7 +44,9 @@ def documents(draw, max_words=10):
     xs = sorted([draw(f32(0.0, w)), draw(f32(0.0, w))])
     ys = sorted([draw(f32(0.0, h)), draw(f32(0.0, h))])
     boxes.append([xs[0], ys[0], xs[1], ys[1]])
-  words = [draw(st.text(min_size=1, max_size=6).filter(lambda s: s.strip())) for _ in range(n)]
+  # Valid text only (Document refuses lone surrogates and non-whitespace controls).
+  words = [draw(st.text(min_size=1, max_size=6).map(repair_text).filter(lambda s: s.strip()))
+           for _ in range(n)]
   segments = [draw(st.integers(0, 4)) for _ in range(n)]
   entities = None
   if draw(st.booleans()):
@@ -107,13 +110,26 @@ def test_unlabelled_and_empty_entities_are_distinguished(tmp_path):
 
 
 def test_odd_characters_round_trip_on_one_line(tmp_path):
-  d1 = Document.create("s", ["a\ud800b"], [[0, 0, 1, 1]], page_sizes=[[2, 2]])
+  d1 = Document.create("s", ["a\ufffdb", "tab\there"], [[0, 0, 1, 1]] * 2, page_sizes=[[2, 2]])
   d2 = Document.create("t", ["x\u2028y\x85z", "\u00e9\u4e2d"], [[0, 0, 1, 1]] * 2,
                        page_sizes=[[2, 2]])
   write_jsonl(tmp_path / "s.jsonl", [d1, d2])
   assert len((tmp_path / "s.jsonl").read_text(encoding="utf-8").splitlines()) == 2
   back, _ = read_jsonl(tmp_path / "s.jsonl")
   assert back[0].words == d1.words and back[1].words == d2.words
+
+
+def test_lone_surrogate_line_is_a_document_error_or_repaired(tmp_path):
+  """`"\\ud800"` is valid JSON but not valid text (it used to crash SentencePiece)."""
+  line = json.dumps({"format": FORMAT, "id": "s", "words": ["ok", "a\ud800b"],
+                     "boxes": [[0, 0, 1, 1]] * 2, "page_sizes": [[2, 2]]})
+  assert "\\ud800" in line
+  (tmp_path / "s.jsonl").write_text(line + "\n", encoding="utf-8")
+  with pytest.raises(DocumentError, match=r"document 's', field 'words': word 1 .*lone surrogate"):
+    read_jsonl(tmp_path / "s.jsonl")
+  docs, report = read_jsonl(tmp_path / "s.jsonl", text_policy="replace")
+  assert docs[0].words == ("ok", "a\ufffdb") and "U+FFFD" in docs[0].repairs[0]
+  assert report.repairs
 
 
 def _line(**changes):
