@@ -263,13 +263,15 @@ def move_aside(directory: str, step: int, reason: str) -> str:
 # --------------------------------------------------------------- test hook
 
 def install_test_pause():
-  """With $FLAXDOC_TEST_PAUSE_BEFORE_COMMIT=SECONDS, sleep before each commit marker is written.
+  """With $FLAXDOC_TEST_PAUSE_BEFORE_COMMIT=SECONDS[:STEP], sleep before a step's commit marker.
 
   Only for tests: it lets one SIGKILL a run inside an async save, after the
-  arrays are written and before Orbax commits the step. A file
-  `WORKDIR/test_paused_before_commit` says which step is paused.
+  arrays are written and before Orbax commits the step (every step, or only
+  STEP). A file `WORKDIR/test_paused_before_commit` names the paused step folder.
   """
-  seconds = float(os.environ.get(PAUSE_ENV) or 0)
+  spec = os.environ.get(PAUSE_ENV) or ""
+  seconds_text, _, only_step = spec.partition(":")
+  seconds = float(seconds_text or 0)
   if seconds <= 0:
     return
   from orbax.checkpoint._src.path import atomicity  # pylint: disable=import-outside-toplevel
@@ -281,7 +283,8 @@ def install_test_pause():
   async def finalize(self):
     final = str(self.get_final())
     parent = os.path.dirname(final)
-    if os.path.basename(parent) == "checkpoints":  # the step folder, not its items
+    if (os.path.basename(parent) == "checkpoints"  # the step folder, not its items
+        and (not only_step or os.path.basename(final) == only_step)):
       with open(os.path.join(os.path.dirname(parent), PAUSE_MARKER), "w", encoding="utf-8") as f:
         f.write(final)
       await asyncio.sleep(seconds)

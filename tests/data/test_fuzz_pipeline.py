@@ -163,3 +163,18 @@ def test_the_reported_crash_is_now_a_document_error(tmp_path, tokenizers):
   docs, _ = read_jsonl(tmp_path / "s.jsonl", text_policy="replace")
   assert not math.isnan(float(featurize(docs[0], tokenizers[0], FeatureConfig(max_len=8))[0]
                               ["input_ids"].sum()))
+
+
+@pytest.mark.slow
+def test_fuzz_campaign_has_no_crash():
+  """A short run of the `python -m flaxdoc.bench.fuzz` campaign (the README's counts: 10,000)."""
+  from flaxdoc.bench import fuzz  # pylint: disable=import-outside-toplevel
+  result = fuzz.run(500, seed=1, progress=False)
+  assert not result["crashes"], result["crashes"][:5]
+  counts = result["counts"]
+  assert "jsonl" in counts and "pdf" in counts
+  assert sum(sum(c.values()) for c in counts.values()) == 500
+  for source, c in counts.items():  # every source exercises both the accepting and the refusing path
+    assert c.get("accepted", 0) > 0 and c.get("DocumentError", 0) > 0, (source, c)
+  rows = fuzz.table_rows(result)
+  assert rows[-1]["source"] == "total" and rows[-1]["crash"] == 0

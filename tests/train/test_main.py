@@ -127,10 +127,10 @@ def test_non_finite_loss_stops_with_message_and_keeps_last_checkpoint(tmp_path):
   assert f"step {last}" in str(info.value)
 
 
-def _run_main(workdir, *extra, wait=True):
+def _run_main(workdir, *extra, wait=True, env_extra=None):
   cmd = [sys.executable, "-m", "flaxdoc.main", "--config=configs/formnet_a2.py:local",
          f"--workdir={workdir}", *override_flags(), *extra]
-  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1", **(env_extra or {}))
   if wait:
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
   return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
@@ -145,26 +145,51 @@ def _final_params(workdir):
   return step, restored.state["params"]
 
 
+def _wait_for_pause(workdir, proc, deadline):
+  """The step folder an async save is paused in, just before its commit marker (test hook)."""
+  from flaxdoc.train import checkpoint_recovery  # pylint: disable=import-outside-toplevel
+  marker = workdir / checkpoint_recovery.PAUSE_MARKER
+  while time.time() < deadline and proc.poll() is None and not marker.exists():
+    time.sleep(0.2)
+  assert marker.exists(), "the run never reached the paused commit"
+  time.sleep(1.0)  # well inside the pause: the arrays are written, the commit is not
+  return marker.read_text()
+
+
 @pytest.mark.slow
-def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
-  """Killed with SIGKILL at a random point after a checkpoint, resumed: identical parameters."""
+@pytest.mark.parametrize("where", ["after_checkpoint", "inside_async_save"])
+def test_sigkill_then_resume_equals_uninterrupted(tmp_path, where):
+  """Killed with SIGKILL at a random point after a checkpoint, or inside an async save just
+  before its commit marker is written, then resumed: identical parameters."""
   steps = ["--config.total_steps=12", "--config.checkpoint_every=2", "--config.eval_every=100"]
   ref = _run_main(tmp_path / "ref", *steps)
   assert ref.returncode == 0, ref.stderr[-3000:]
   killed_dir = tmp_path / "killed"
-  proc = _run_main(killed_dir, *steps, wait=False)
   rng = np.random.default_rng(int(time.time()))
-  target = int(rng.integers(2, 10))
   deadline = time.time() + 600
-  while time.time() < deadline:
-    mngr = ckpt_lib.make_manager(str(killed_dir)) if (killed_dir / "checkpoints").exists() else None
-    if mngr is not None and (mngr.latest_step() or 0) >= target:
-      break
-    if proc.poll() is not None:
-      break
-    time.sleep(0.2)
+  if where == "inside_async_save":
+    from flaxdoc.train import checkpoint_recovery  # pylint: disable=import-outside-toplevel
+    steps.append("--config.async_checkpoints=True")
+    target = int(rng.choice([4, 6, 8, 10]))  # an older committed step exists to resume from
+    proc = _run_main(killed_dir, *steps, wait=False,
+                     env_extra={checkpoint_recovery.PAUSE_ENV: f"300:{target}"})
+    paused = _wait_for_pause(killed_dir, proc, deadline)
+    assert paused.endswith(f"checkpoints/{target}")
+    assert not (killed_dir / "checkpoints" / str(target)).exists()  # not committed
+  else:
+    proc = _run_main(killed_dir, *steps, wait=False)
+    target = int(rng.integers(2, 10))
+    while time.time() < deadline:
+      mngr = ckpt_lib.make_manager(str(killed_dir)) if (killed_dir / "checkpoints").exists() else None
+      if mngr is not None and (mngr.latest_step() or 0) >= target:
+        break
+      if proc.poll() is not None:
+        break
+      time.sleep(0.2)
   proc.send_signal(signal.SIGKILL)
   proc.wait()
+  if where == "inside_async_save":
+    assert ckpt_lib.make_manager(str(killed_dir)).latest_step() == target - 2
   resumed = _run_main(killed_dir, *steps)
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   (s1, p1), (s2, p2) = _final_params(str(tmp_path / "ref")), _final_params(str(killed_dir))
