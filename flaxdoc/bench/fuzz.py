@@ -50,6 +50,11 @@ ODD_VALUES = [float("nan"), float("inf"), -float("inf"), 1e300, -1e300, 3.5e38, 
               {}, [[]], [0, 0, 0], [1, 2, 3, 4], {"label": "x", "words": [0]}, "nan", "1e999"]
 
 
+# Characters inserted into strings: invalid (lone surrogates, controls) and valid but odd.
+ODD_CHARS = ["\ud800", "\udc00", "\x00", "\x1b", "\x9b", "\u200b", "\ufffd", "\t", "\n", "\u0301",
+             "\u202e", "🙂", "\U0001d11e", "東", "\ufeff", "\u2028", "\xa0", " "]
+
+
 def default_datasets_dir() -> pathlib.Path:
   env = os.environ.get("FLAXDOC_DATASETS")
   if env:
@@ -83,16 +88,18 @@ def mutate_json(obj, rng: np.random.Generator, n: int):
     for key in path[:-1]:
       parent = parent[key]
     key, value = path[-1], parent[path[-1]]
-    action = rng.choice(["replace", "replace", "delete", "inflate", "nudge"])
+    action = rng.choice(["replace", "replace", "delete", "inflate", "nudge", "nudge", "nudge"])
     if action == "delete":
       del parent[key]
     elif action == "inflate" and isinstance(value, list) and value:
       parent[key] = value * int(rng.integers(2, 30))
     elif action == "nudge" and isinstance(value, (int, float)) and not isinstance(value, bool):
-      parent[key] = value * float(rng.choice([-1, 0, 1e6, 1e30])) + float(rng.normal() * 1e3)
+      # Half the time a small move that may stay valid, else a wild one.
+      scale = float(rng.choice([1, 1, -1, 0, 1e6, 1e30]))
+      parent[key] = value * scale + float(rng.normal() * (0.5 if scale == 1 else 1e3))
     elif action == "nudge" and isinstance(value, str):
       at = int(rng.integers(len(value) + 1))
-      odd = ["\ud800", "\x00", "\x1b", "\u200b", "\ufffd", "\t", "\n"][int(rng.integers(7))]
+      odd = ODD_CHARS[int(rng.integers(len(ODD_CHARS)))]
       parent[key] = value[:at] + odd + value[at:]
     else:
       parent[key] = ODD_VALUES[int(rng.integers(len(ODD_VALUES)))]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import re
 import unicodedata
 from typing import Iterable, Sequence
 
@@ -385,13 +386,15 @@ def _as_array(value, dtype, err, field) -> np.ndarray:
   return arr
 
 
+# Lone surrogates, and the control characters (category Cc) that are not whitespace
+# to Python's str.isspace (\t \n \v \f \r, \x1c-\x1f and \x85 are, and stay allowed).
+_INVALID_TEXT = re.compile("[\x00-\x08\x0e-\x1b\x7f-\x84\x86-\x9f\ud800-\udfff]")
+
+
 def invalid_char(text: str) -> str | None:
   """The first character of `text` that is a lone surrogate or a non-whitespace control, or None."""
-  for ch in text:
-    cat = unicodedata.category(ch)
-    if cat == "Cs" or (cat == "Cc" and not ch.isspace()):
-      return ch
-  return None
+  m = _INVALID_TEXT.search(text)
+  return m.group() if m else None
 
 
 def describe_char(ch: str) -> str:
@@ -401,7 +404,7 @@ def describe_char(ch: str) -> str:
 
 def repair_text(text: str) -> str:
   """`text` with each lone surrogate and non-whitespace control character replaced by U+FFFD."""
-  return "".join(REPLACEMENT_CHAR if invalid_char(ch) is not None else ch for ch in text)
+  return _INVALID_TEXT.sub(REPLACEMENT_CHAR, text)
 
 
 def is_finite_number(x) -> bool:

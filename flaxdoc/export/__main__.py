@@ -22,9 +22,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--json", action="store_true", help="print the summary as JSON")
   args = parser.parse_args(argv)
   from flaxdoc.export.exporter import export_workdir  # pylint: disable=import-outside-toplevel
+  from flaxdoc.train.checkpoint_recovery import CheckpointError  # pylint: disable=import-outside-toplevel
   try:
     summary = export_workdir(args.workdir, args.out, args.config)
-  except (FileNotFoundError, ValueError) as err:
+  except (FileNotFoundError, ValueError, CheckpointError) as err:  # damaged / mismatching: one line
     print(f"flaxdoc.export: {err}", file=sys.stderr)
     return 2
   if args.json:

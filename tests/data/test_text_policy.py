@@ -104,3 +104,17 @@ def test_each_tokenizer_featurizes_the_repaired_text(every_tokenizer, name):
     assert ids.dtype == np.int32 and ((0 <= ids) & (ids < tok.vocab_size)).all()
     seen |= set(int(w) for w in win["word_ids"] if w >= 0)
   assert seen == set(range(len(words)))  # every repaired word reached the model
+
+
+def test_invalid_characters_are_exactly_surrogates_and_non_whitespace_controls():
+  """The fast regex against a brute-force reference over every code point (Unicode categories):
+  2,048 surrogates + 65 controls - 10 that str.isspace calls whitespace."""
+  import unicodedata  # pylint: disable=import-outside-toplevel
+  from flaxdoc.data.document import invalid_char, repair_text  # pylint: disable=import-outside-toplevel
+  want = "".join(chr(cp) for cp in range(0x110000)
+                 if unicodedata.category(chr(cp)) == "Cs" or
+                 (unicodedata.category(chr(cp)) == "Cc" and not chr(cp).isspace()))
+  everything = "".join(chr(cp) for cp in range(0x110000))
+  bad = set(want)
+  assert repair_text(everything) == "".join("\ufffd" if c in bad else c for c in everything)
+  assert len(want) == 2048 + 65 - 10 and invalid_char("ok\ud800") == "\ud800"

@@ -192,3 +192,11 @@ def test_main_wrong_config_names_the_parameter(trained_copy):
   assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
   line = next(l for l in out.stderr.splitlines() if l.startswith("flaxdoc: error:"))
   assert "does not fit this model" in line and "in the checkpoint" in line
+
+
+def test_init_from_params_fall_back_too(tmp_path):
+  """`restore_params_only` (init_from of a flaxdoc run) skips a damaged newest step as well."""
+  _saved(tmp_path)
+  damage(recovery.step_dir(ckpt_lib.checkpoint_dir(str(tmp_path)), 2), "bit_flip")
+  params = ckpt_lib.restore_params_only(str(tmp_path), _abstract(_state(0, (64, 32))).params)
+  np.testing.assert_array_equal(params["dense"]["kernel"], _state(1, (64, 32)).params["dense"]["kernel"])
