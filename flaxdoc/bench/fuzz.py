@@ -64,21 +64,22 @@ def default_datasets_dir() -> pathlib.Path:
 
 # ------------------------------------------------------------------ mutators
 
-def _paths(obj, prefix=()):
+def json_paths(obj, prefix=()):
+  """Every path (tuple of keys / indices) into a decoded JSON value, the root `()` first."""
   yield prefix
   if isinstance(obj, dict):
     for k, v in obj.items():
-      yield from _paths(v, prefix + (k,))
+      yield from json_paths(v, prefix + (k,))
   elif isinstance(obj, list):
     for i, v in enumerate(obj):
-      yield from _paths(v, prefix + (i,))
+      yield from json_paths(v, prefix + (i,))
 
 
 def mutate_json(obj, rng: np.random.Generator, n: int):
   """`obj` with `n` structural mutations (replace / delete / inflate / retype a value)."""
   obj = json.loads(json.dumps(obj))
   for _ in range(n):
-    paths = list(_paths(obj))
+    paths = list(json_paths(obj))
     path = paths[int(rng.integers(len(paths)))]
     if not path:
       if rng.random() < 0.05:

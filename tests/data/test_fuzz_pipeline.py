@@ -12,15 +12,19 @@ Derandomized and bounded (300 examples, ~30 s) so it runs in the default suite;
 
 import json
 import math
+import os
+import sys
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
-from flaxdoc.data import tokenizers as tk
 from flaxdoc.data.document import DocumentError
 from flaxdoc.data.features import FeatureConfig, batch_features, featurize
 from flaxdoc.data.jsonl import FORMAT, read_jsonl
+
+sys.path.insert(0, os.path.dirname(__file__))
+from small_tokenizers import one_of_each  # pylint: disable=import-error,wrong-import-position
 
 SETTINGS = settings(max_examples=300, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -100,19 +104,7 @@ def broken_line(draw):
 
 @pytest.fixture(scope="module")
 def tokenizers(tmp_path_factory):
-  root = tmp_path_factory.mktemp("fuzz_pipeline")
-  corpus = ["Invoice total 12.50 Date: 03/04/2021 Café Zürich naïve", "the quick brown fox"] * 50
-  sp = tk.SentencePieceTokenizer(tk.train_sentencepiece(corpus, root / "sp", vocab_size=400))
-  (root / "vocab.txt").write_text("\n".join(list(tk.SPECIAL_PIECES) + list("abcdefghij.:") +
-                                            ["##" + c for c in "abcdefghij"]) + "\n",
-                                  encoding="utf-8")
-  wp = tk.WordPieceTokenizer(root / "vocab.txt")
-  pieces = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"] + sorted(set(tk.bytes_to_unicode().values()))
-  (root / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(pieces)}),
-                                   encoding="utf-8")
-  (root / "merges.txt").write_text("#version: 0.2\n", encoding="utf-8")
-  bpe = tk.ByteLevelBPETokenizer(root / "vocab.json", root / "merges.txt")
-  return [sp, wp, bpe]
+  return list(one_of_each(tmp_path_factory.mktemp("fuzz_pipeline")).values())
 
 
 @SETTINGS

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from flaxdoc.bench.fuzz import json_paths
 from flaxdoc.data import DocumentError
 from flaxdoc.data.cord import load_cord
 from flaxdoc.data.funsd import load_funsd
@@ -34,23 +35,12 @@ json_values = st.recursive(
     max_leaves=8)
 
 
-def _paths(obj, prefix=()):
-  """Every path (tuple of keys / indices) into a JSON value."""
-  yield prefix
-  if isinstance(obj, dict):
-    for k, v in obj.items():
-      yield from _paths(v, prefix + (k,))
-  elif isinstance(obj, list):
-    for i, v in enumerate(obj):
-      yield from _paths(v, prefix + (i,))
-
-
 @st.composite
 def mutated_json_bytes(draw, obj):
   """`obj` with a few random structural mutations, serialised, maybe byte-damaged."""
   obj = json.loads(json.dumps(obj))
   for _ in range(draw(st.integers(1, 3))):
-    paths = list(_paths(obj))
+    paths = list(json_paths(obj))
     path = draw(st.sampled_from(paths))
     if not path:
       if draw(st.integers(0, 9)) == 0:

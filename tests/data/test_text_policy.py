@@ -5,7 +5,8 @@ validation and kill SentencePiece (`RuntimeError: Unable to cast Python instance
 of type <class 'str'>`). Each tokenizer is checked on the repaired text.
 """
 
-import json
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -13,6 +14,9 @@ import pytest
 from flaxdoc.data import tokenizers as tk
 from flaxdoc.data.document import TEXT_POLICIES, Document, DocumentError
 from flaxdoc.data.features import FeatureConfig, featurize
+
+sys.path.insert(0, os.path.dirname(__file__))
+from small_tokenizers import one_of_each  # pylint: disable=import-error,wrong-import-position
 
 BOX = [0, 0, 1, 1]
 BAD = {
@@ -66,19 +70,7 @@ def test_a_word_made_only_of_controls_stays_a_word():
 @pytest.fixture(scope="module")
 def every_tokenizer(tmp_path_factory):
   """One of each tokenizer class flaxdoc has: SentencePiece, WordPiece, byte-level BPE."""
-  root = tmp_path_factory.mktemp("tok")
-  corpus = ["Invoice total 12.50 Date: 03/04/2021 Café Zürich naïve", "the quick brown fox"] * 50
-  sp = tk.SentencePieceTokenizer(tk.train_sentencepiece(corpus, root / "sp", vocab_size=400))
-  (root / "vocab.txt").write_text("\n".join(list(tk.SPECIAL_PIECES) + list("abcdefghijkxyz.:") +
-                                            ["##" + c for c in "abcdefghijkxyz"]) + "\n",
-                                  encoding="utf-8")
-  wp = tk.WordPieceTokenizer(root / "vocab.txt")
-  pieces = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"] + sorted(set(tk.bytes_to_unicode().values()))
-  (root / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(pieces)}),
-                                   encoding="utf-8")
-  (root / "merges.txt").write_text("#version: 0.2\n", encoding="utf-8")
-  bpe = tk.ByteLevelBPETokenizer(root / "vocab.json", root / "merges.txt")
-  return {"sentencepiece": sp, "wordpiece": wp, "byte_bpe": bpe}
+  return one_of_each(tmp_path_factory.mktemp("tok"))
 
 
 def test_every_tokenizer_class_is_covered(every_tokenizer):
