@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import copy
 import io
 import json
 import os
@@ -55,6 +56,11 @@ ODD_CHARS = ["\ud800", "\udc00", "\x00", "\x1b", "\x9b", "\u200b", "\ufffd", "\t
              "\u202e", "🙂", "\U0001d11e", "東", "\ufeff", "\u2028", "\xa0", " "]
 
 
+def _odd_value(rng: np.random.Generator):
+  """A fresh copy of a random odd value (the lists and dicts must not be shared between cases)."""
+  return copy.deepcopy(ODD_VALUES[int(rng.integers(len(ODD_VALUES)))])
+
+
 def default_datasets_dir() -> pathlib.Path:
   env = os.environ.get("FLAXDOC_DATASETS")
   if env:
@@ -83,7 +89,7 @@ def mutate_json(obj, rng: np.random.Generator, n: int):
     path = paths[int(rng.integers(len(paths)))]
     if not path:
       if rng.random() < 0.05:
-        obj = ODD_VALUES[int(rng.integers(len(ODD_VALUES)))]
+        obj = _odd_value(rng)
       continue
     parent = obj
     for key in path[:-1]:
@@ -103,7 +109,7 @@ def mutate_json(obj, rng: np.random.Generator, n: int):
       odd = ODD_CHARS[int(rng.integers(len(ODD_CHARS)))]
       parent[key] = value[:at] + odd + value[at:]
     else:
-      parent[key] = ODD_VALUES[int(rng.integers(len(ODD_VALUES)))]
+      parent[key] = _odd_value(rng)
   return obj
 
 
@@ -251,7 +257,7 @@ class Campaign:
         i = int(rng.integers(len(lines)))
         fields = lines[i].split(b",")
         j = int(rng.integers(len(fields)))
-        odd = ODD_VALUES[int(rng.integers(len(ODD_VALUES)))]
+        odd = _odd_value(rng)
         fields[j] = str(odd).encode("utf-8", "surrogatepass")
         lines[i] = b",".join(fields)
       box = b"\n".join(lines)

@@ -235,8 +235,12 @@ def newest_good(directory: str, steps, attempt: Callable[[int], T], *,
         reason = f"restore failed: {one_line(e)}"
       else:
         if move_damaged_newer and reasons:
-          for bad, why in reasons:
-            move_aside(directory, bad, why)
+          if jax.process_index() == 0:  # one mover; the others wait for it below
+            for bad, why in reasons:
+              move_aside(directory, bad, why)
+          if jax.process_count() > 1:
+            from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+            multihost_utils.sync_global_devices("flaxdoc_move_damaged_checkpoints")
           if manager is not None:
             manager.reload()
         return step, result
