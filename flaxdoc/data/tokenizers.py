@@ -617,14 +617,18 @@ def load_tokenizer(spec: str) -> Tokenizer:
 
   `"default"`, `"sentencepiece:PATH.model"`, `"wordpiece:PATH/vocab.txt"`
   (`"wordpiece-cased:..."` keeps case and accents), `"bpe:DIR"` (a folder with
-  `vocab.json` and `merges.txt`).
+  `vocab.json` and `merges.txt`), `"hf:DIR"` (a Hugging Face checkpoint folder's own
+  tokenizer, see `flaxdoc.data.hf_tokenizer`).
   """
   if spec == "default":
     return default_tokenizer()
   kind, sep, arg = spec.partition(":")
   if not sep or not arg:
     raise ValueError(f"tokenizer spec {spec!r}: expected 'default', 'sentencepiece:PATH', "
-                     "'wordpiece:PATH', 'wordpiece-cased:PATH' or 'bpe:DIR'")
+                     "'wordpiece:PATH', 'wordpiece-cased:PATH', 'bpe:DIR' or 'hf:DIR'")
+  if kind == "hf":
+    from flaxdoc.data import hf_tokenizer  # pylint: disable=import-outside-toplevel
+    return hf_tokenizer.load_hf_tokenizer(arg)
   if kind == "sentencepiece":
     return SentencePieceTokenizer(arg)
   if kind in ("wordpiece", "wordpiece-cased"):
