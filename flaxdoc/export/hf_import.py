@@ -190,7 +190,8 @@ def import_state_dict(state: Mapping[str, Any], target_params: Any, *, num_heads
       mapped.append(name)
     else:
       new.append(name)
-  unused += sorted(k for k in converted if k not in target)
+  # Unused tensors are reported by their checkpoint (HF) names, whatever stopped them.
+  unused += sorted(hf_names.get(k, k) for k in converted if k not in target)
   report = ImportReport(architecture_name, sorted(mapped), sorted(new), sorted(unused))
   return weights_lib.unflatten_params(merged), report
 
