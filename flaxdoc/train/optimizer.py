@@ -69,24 +69,14 @@ def make_optimizer(config: ml_collections.ConfigDict, pretrained: Callable | Non
   `optim.pretrained_lr_scale`, and a learning rate of 0 for the first
   `optim.freeze_pretrained_steps` steps (their Adam moments still accumulate, so
   they start moving with sensible statistics), while the new parts train at full rate.
+  The scaling multiplies the final updates (`scale_pretrained`), which for Adam(W) is
+  exactly a per-parameter learning-rate factor, and keeps one step counter as its only
+  state (no per-parameter masked states to shard).
   """
   schedule = learning_rate_schedule(config)
   opt = _base_optimizer(config, schedule)
   if pretrained is not None:
-    scale = config.get("pretrained_lr_scale", 1.0)
-    scale = 1.0 if scale is None else float(scale)
-    freeze = int(config.get("freeze_pretrained_steps", 0) or 0)
-    if scale < 0 or freeze < 0:
-      raise ValueError(f"config.optim.pretrained_lr_scale ({scale}) and freeze_pretrained_steps "
-                       f"({freeze}) must be >= 0")
-
-    def pretrained_schedule(step):
-      return jnp.where(step < freeze, 0.0, scale * schedule(step))
-
-    def labels(params):
-      return jax.tree.map(lambda m: "pretrained" if m else "new", pretrained(params))
-    opt = optax.multi_transform(
-        {"new": opt, "pretrained": _base_optimizer(config, pretrained_schedule)}, labels)
+    opt = optax.chain(opt, scale_pretrained(pretrained, config))
   chain = []
   clip = config.get("clip_norm", 1.0)
   if clip:
@@ -97,6 +87,30 @@ def make_optimizer(config: ml_collections.ConfigDict, pretrained: Callable | Non
   if accum > 1:
     tx = optax.MultiSteps(tx, every_k_schedule=accum)
   return tx, schedule
+
+
+def scale_pretrained(pretrained: Callable, config: ml_collections.ConfigDict
+                     ) -> optax.GradientTransformation:
+  """Updates of parameters marked by `pretrained(params)` times 0 (first N steps), then the scale."""
+  scale = config.get("pretrained_lr_scale", 1.0)
+  scale = 1.0 if scale is None else float(scale)
+  freeze = int(config.get("freeze_pretrained_steps", 0) or 0)
+  if scale < 0 or freeze < 0:
+    raise ValueError(f"config.optim.pretrained_lr_scale ({scale}) and freeze_pretrained_steps "
+                     f"({freeze}) must be >= 0")
+
+  def init(params):
+    del params
+    return optax.ScaleByScheduleState(count=jnp.zeros([], jnp.int32))
+
+  def update(updates, state, params=None):
+    del params
+    factor = jnp.where(state.count < freeze, 0.0, scale)
+    mask = pretrained(updates)
+    updates = jax.tree.map(lambda u, m: u * factor.astype(u.dtype) if m else u, updates, mask)
+    return updates, optax.ScaleByScheduleState(count=optax.safe_int32_increment(state.count))
+
+  return optax.GradientTransformation(init, update)
 
 
 def _base_optimizer(config, schedule) -> optax.GradientTransformation:

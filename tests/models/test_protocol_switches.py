@@ -204,3 +204,33 @@ def test_cosformer_length_matches_a_numpy_loop(length):
 def nn_unbox(tree):
   from flax import linen as nn  # pylint: disable=import-outside-toplevel
   return nn.unbox(tree)
+
+
+# ----------------------------------------------------------------------------- torch export
+@pytest.mark.parametrize("name,variant,fields", [
+    ("docpolarbert", "base", {"polar_1d": False, "polar_zero_bucket": True}),
+    ("lagabi", "roberta_base", {"gaussian_angle": "paper", "gaussian_corner": "top_left"}),
+    ("layout_cosformer", "base", {"cosformer_length": "document"}),
+])
+def test_torch_export_follows_the_switches(name, variant, fields):
+  torch = pytest.importorskip("torch")
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  from flaxdoc.export import weights as weights_lib  # pylint: disable=import-outside-toplevel
+  from flaxdoc.export.torch import build_torch_model  # pylint: disable=import-outside-toplevel
+  length = 32
+  config = models.get_model_config(name, variant, local=True)
+  for k, v in fields.items():
+    config[k] = v
+  model = models.build_model(config, vocab_size=100, num_tags=3, max_len=length,
+                             pretraining=False)
+  batch = models.example_batch(2, length, vocab_size=100)
+  params = models.random_parameters(model, batch, seed=4, stddev=0.2)
+  want = np.asarray(jax.jit(model.apply)({"params": params}, batch)["tag_logits"])
+  spec = {"model": dataclasses.asdict(model.spec), "vocab_size": 100, "num_tags": 3,
+          "max_len": length}
+  spec["model"]["rich_axes"] = list(spec["model"]["rich_axes"])
+  tmodel = build_torch_model(spec, weights_lib.export_tensors(params))
+  with torch.no_grad():
+    got = tmodel({k: torch.as_tensor(np.asarray(v)) for k, v in batch.items()}).numpy()
+  mask = batch["attention_mask"] > 0
+  np.testing.assert_allclose(got[mask], want[mask], atol=1e-4, rtol=0)
