@@ -23,7 +23,6 @@ Nothing is downloaded.
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 
@@ -41,15 +40,7 @@ class HFTokenizerError(ValueError):
 
 
 def _read_json(path: pathlib.Path) -> dict:
-  if not path.is_file():
-    return {}
-  try:
-    value = json.loads(path.read_text(encoding="utf-8"))
-  except json.JSONDecodeError as e:
-    raise HFTokenizerError(f"{path}: not valid JSON ({e})") from None
-  if not isinstance(value, dict):
-    raise HFTokenizerError(f"{path}: expected a JSON object")
-  return value
+  return tok_lib.read_json_object(path) if path.is_file() else {}
 
 
 def _flag(config: dict, key: str, default, folder: pathlib.Path):
