@@ -79,11 +79,13 @@ def check_split(split: str) -> str:
 
 def dev_size(name: str, n: int, dev_fraction: float | None = None) -> int:
   """How many of `n` official-train documents go to the carved dev split."""
+  if dev_fraction is not None and float(dev_fraction) == 0.0:
+    return 0  # no dev split: train on the whole official train split (the papers' protocol)
   if n < 2:
     return 0
   if dev_fraction is not None:
     if not 0.0 < dev_fraction < 1.0:
-      raise ValueError(f"dev_fraction must be in (0, 1), got {dev_fraction}")
+      raise ValueError(f"dev_fraction must be in [0, 1), got {dev_fraction}")
     k = int(round(dev_fraction * n))
   elif name in DEV_SIZES:
     k = min(DEV_SIZES[name], n // 5)
@@ -194,6 +196,7 @@ def load_dataset(name: str, split: str, data_dir=None, *, dev_fraction: float | 
   ids = list_ids(data_dir, "train")
   n_dev = dev_size(name, len(ids), dev_fraction)
   dev_ids, train_ids = carve_dev(ids, n_dev, seed)
+  _check_dev_wanted(data_dir, split, dev_fraction)
   if split == "dev" and not dev_ids:
     raise DatasetNotFoundError(f"{data_dir}: {len(ids)} training document(s) are too few to "
                                "carve a dev split from")
@@ -234,12 +237,20 @@ def _load_jsonl(spec: str, split: str, *, dev_fraction, seed, **options):
   return _carve_loaded(spec, docs, report, split, dev_fraction, seed)
 
 
+def _check_dev_wanted(where, split: str, dev_fraction) -> None:
+  if split == "dev" and dev_fraction is not None and float(dev_fraction) == 0.0:
+    raise DatasetNotFoundError(f"{where}: no dev split: data.dev_fraction=0 carves none from "
+                               "the official train split; evaluate on the test split "
+                               "(data.eval_split=test) or on nothing (data.eval_split='')")
+
+
 def _carve_loaded(spec, docs, report, split, dev_fraction, seed):
   """Carves dev from already-read train documents (JSON Lines has no file per document)."""
   ids = [d.id for d in docs]
   n_dev = dev_size("jsonl", len(ids), dev_fraction)
   dev_ids, train_ids = carve_dev(ids, n_dev, seed)
   keep = set(dev_ids if split == "dev" else train_ids)
+  _check_dev_wanted(f"jsonl:{spec}", split, dev_fraction)
   if split == "dev" and not keep:
     raise DatasetNotFoundError(f"jsonl:{spec}: {len(ids)} document(s) are too few to carve "
                                "a dev split from")

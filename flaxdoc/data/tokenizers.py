@@ -410,6 +410,17 @@ def gpt2_pretokenize(text: str) -> list[str]:
   return out
 
 
+def read_json_object(path: pathlib.Path, what: str = "a JSON object") -> dict:
+  """A JSON file holding an object; `ValueError` naming the file otherwise."""
+  try:
+    value = json.loads(path.read_text(encoding="utf-8"))
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{str(path)!r} is not valid JSON ({e})") from None
+  if not isinstance(value, dict):
+    raise ValueError(f"{str(path)!r} must hold {what}")
+  return value
+
+
 class ByteLevelBPETokenizer(_CachedWordEncoder):
   """RoBERTa / GPT-2 byte-level BPE from local `vocab.json` and `merges.txt`.
 
@@ -426,12 +437,7 @@ class ByteLevelBPETokenizer(_CachedWordEncoder):
     for p in (vpath, mpath):
       if not p.is_file():
         raise FileNotFoundError(f"BPE file {str(p)!r} does not exist")
-    try:
-      vocab = json.loads(vpath.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-      raise ValueError(f"{str(vpath)!r} is not valid JSON ({e})") from None
-    if not isinstance(vocab, dict):
-      raise ValueError(f"{str(vpath)!r} must hold a JSON object piece -> id")
+    vocab = read_json_object(vpath, "a JSON object piece -> id")
     self._vocab = {str(k): int(v) for k, v in vocab.items()}
     size = max(self._vocab.values()) + 1 if self._vocab else 0
     self._pieces = [""] * size
@@ -617,14 +623,18 @@ def load_tokenizer(spec: str) -> Tokenizer:
 
   `"default"`, `"sentencepiece:PATH.model"`, `"wordpiece:PATH/vocab.txt"`
   (`"wordpiece-cased:..."` keeps case and accents), `"bpe:DIR"` (a folder with
-  `vocab.json` and `merges.txt`).
+  `vocab.json` and `merges.txt`), `"hf:DIR"` (a Hugging Face checkpoint folder's own
+  tokenizer, see `flaxdoc.data.hf_tokenizer`).
   """
   if spec == "default":
     return default_tokenizer()
   kind, sep, arg = spec.partition(":")
   if not sep or not arg:
     raise ValueError(f"tokenizer spec {spec!r}: expected 'default', 'sentencepiece:PATH', "
-                     "'wordpiece:PATH', 'wordpiece-cased:PATH' or 'bpe:DIR'")
+                     "'wordpiece:PATH', 'wordpiece-cased:PATH', 'bpe:DIR' or 'hf:DIR'")
+  if kind == "hf":
+    from flaxdoc.data import hf_tokenizer  # pylint: disable=import-outside-toplevel
+    return hf_tokenizer.load_hf_tokenizer(arg)
   if kind == "sentencepiece":
     return SentencePieceTokenizer(arg)
   if kind in ("wordpiece", "wordpiece-cased"):

@@ -86,13 +86,15 @@ def read_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, 
   return config, {k: np.asarray(v, np.float32) for k, v in state.items()}
 
 
-def architecture(hf_config: Mapping[str, Any]) -> str:
+def architecture(hf_config: Mapping[str, Any], folder: str | os.PathLike | None = None) -> str:
   """"roberta" | "bert" | "layoutlm" from the HF `model_type` (XLM-R counts as RoBERTa)."""
   kind = str(hf_config.get("model_type", "")).lower()
   if kind in ("xlm-roberta", "camembert"):
     kind = "roberta"
   if kind not in ARCHITECTURES:
-    raise HFImportError(f"model_type {kind!r} is not supported; expected one of {ARCHITECTURES}")
+    where = f"{os.path.join(os.fspath(folder), 'config.json')}: " if folder is not None else ""
+    raise HFImportError(f"{where}model_type {kind!r} is not supported; flaxdoc takes the "
+                        f"encoder layers of {ARCHITECTURES} (and xlm-roberta, camembert)")
   return kind
 
 
@@ -162,9 +164,14 @@ def _convert_layer_tensor(rest: str, value: np.ndarray, heads: int):
 
 
 def import_state_dict(state: Mapping[str, Any], target_params: Any, *, num_heads: int,
-                      architecture_name: str = "state_dict") -> tuple[dict, ImportReport]:
-  """Merges a HF state dict into `target_params` (nested Flax tree); returns (params, report)."""
+                      architecture_name: str = "state_dict", source: str = "checkpoint"
+                      ) -> tuple[dict, ImportReport]:
+  """Merges a HF state dict into `target_params` (nested Flax tree); returns (params, report).
+
+  `source` (the folder) names where a mismatching tensor came from in errors.
+  """
   converted, unused = convert_state_dict(state, num_heads)
+  hf_names = _hf_names(state)
   target = weights_lib.flatten_params(target_params)
   mapped, new = [], []
   merged = dict(target)
@@ -172,14 +179,19 @@ def import_state_dict(state: Mapping[str, Any], target_params: Any, *, num_heads
     if name in converted:
       src = converted[name]
       if tuple(src.shape) != tuple(np.shape(value)):
-        raise HFImportError(f"checkpoint tensor for {name!r} has shape {tuple(src.shape)}, the "
-                            f"flaxdoc model expects {tuple(np.shape(value))}: the config sizes "
-                            "(width, heads, vocabulary, positions) must match the checkpoint")
+        hint = ("the tokenizer's vocabulary must be the checkpoint's (leave config.data.tokenizer "
+                "unset to use the folder's own)" if name.endswith("word_embeddings.embedding")
+                else "the config sizes (width, heads, MLP, positions, type vocabulary) must "
+                "match the checkpoint's config.json")
+        raise HFImportError(f"{source}: tensor {hf_names.get(name, name)!r} (flaxdoc {name!r}) "
+                            f"has shape {tuple(src.shape)}, the flaxdoc model expects "
+                            f"{tuple(np.shape(value))}: {hint}")
       merged[name] = src
       mapped.append(name)
     else:
       new.append(name)
-  unused += sorted(k for k in converted if k not in target)
+  # Unused tensors are reported by their checkpoint (HF) names, whatever stopped them.
+  unused += sorted(hf_names.get(k, k) for k in converted if k not in target)
   report = ImportReport(architecture_name, sorted(mapped), sorted(new), sorted(unused))
   return weights_lib.unflatten_params(merged), report
 
@@ -199,23 +211,63 @@ def import_checkpoint(source: str | os.PathLike | Mapping[str, Any], target_para
       raise HFImportError("num_heads is required when importing a bare state dict")
     return import_state_dict(source, target_params, num_heads=num_heads)
   hf_config, state = read_checkpoint(source)
-  heads = int(num_heads or hf_config["num_attention_heads"])
+  heads = int(num_heads or _field(hf_config, "num_attention_heads", source))
   return import_state_dict(state, target_params, num_heads=heads,
-                           architecture_name=architecture(hf_config))
+                           architecture_name=architecture(hf_config, source),
+                           source=os.fspath(source))
 
 
-def model_config_overrides(hf_config: Mapping[str, Any]) -> dict[str, Any]:
-  """flaxdoc model-config fields that make an encoder the checkpoint's size."""
-  arch = architecture(hf_config)
-  out = {"width": int(hf_config["hidden_size"]), "depth": int(hf_config["num_hidden_layers"]),
-         "num_heads": int(hf_config["num_attention_heads"]),
-         "mlp_dim": int(hf_config["intermediate_size"]),
-         "max_position_embeddings": int(hf_config["max_position_embeddings"]),
-         "type_vocab_size": int(hf_config.get("type_vocab_size", 2)),
-         "layer_norm_epsilon": float(hf_config.get("layer_norm_eps", 1e-12))}
-  if arch == "roberta":
-    out["position_offset"] = int(hf_config.get("pad_token_id", 1)) + 1
-  if hf_config.get("hidden_act", "gelu") != "gelu":
-    raise HFImportError(f"hidden_act={hf_config.get('hidden_act')!r}: flaxdoc layers use the "
-                        "exact (erf) GELU")
+def _hf_names(state: Mapping[str, Any]) -> dict[str, str]:
+  """flaxdoc name -> the HF tensor name it came from (for error messages)."""
+  out = {}
+  for raw in state:
+    single = {raw: np.zeros((1, 1), np.float32)}
+    try:
+      converted, _ = convert_state_dict(single, 1)
+    except ValueError:
+      continue
+    for name in converted:
+      out[name] = raw
+  return out
+
+
+def _field(hf_config: Mapping[str, Any], key: str, folder=None):
+  if key not in hf_config:
+    where = os.path.join(os.fspath(folder), "config.json") if folder is not None else "config"
+    raise HFImportError(f"{where}: field {key!r} is missing")
+  return hf_config[key]
+
+
+def model_config_overrides(hf_config: Mapping[str, Any], folder: str | os.PathLike | None = None
+                           ) -> dict[str, Any]:
+  """flaxdoc model-config fields that make an encoder the checkpoint's size.
+
+  `folder` (the checkpoint directory) names the file in errors.
+  """
+  arch = architecture(hf_config, folder)
+  where = os.path.join(os.fspath(folder), "config.json") if folder is not None else "config"
+
+  def integer(key, default=None):
+    value = hf_config.get(key, default) if default is not None else _field(hf_config, key, folder)
+    try:
+      return int(value)
+    except (TypeError, ValueError):
+      raise HFImportError(f"{where}: field {key!r} must be an integer, got {value!r}") from None
+
+  act = hf_config.get("hidden_act", "gelu")
+  if act != "gelu":
+    raise HFImportError(f"{where}: field 'hidden_act' is {act!r}; flaxdoc layers use the exact "
+                        "(erf) GELU ('gelu'), so this checkpoint's outputs cannot be reproduced")
+  kind = hf_config.get("position_embedding_type", "absolute")
+  if kind not in (None, "absolute"):
+    raise HFImportError(f"{where}: field 'position_embedding_type' is {kind!r}; flaxdoc imports "
+                        "absolute learned positions only")
+  out = {"width": integer("hidden_size"), "depth": integer("num_hidden_layers"),
+         "num_heads": integer("num_attention_heads"),
+         "mlp_dim": integer("intermediate_size"),
+         "max_position_embeddings": integer("max_position_embeddings"),
+         "type_vocab_size": integer("type_vocab_size", 2),
+         "layer_norm_epsilon": float(hf_config.get("layer_norm_eps", 1e-12)),
+         # RoBERTa numbers positions from padding_idx + 1; BERT and LayoutLM from 0.
+         "position_offset": integer("pad_token_id", 1) + 1 if arch == "roberta" else 0}
   return out

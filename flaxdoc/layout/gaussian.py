@@ -93,6 +93,24 @@ def polar_coordinates(pts_q, pts_k) -> tuple[jnp.ndarray, jnp.ndarray]:
   return rho, theta
 
 
+ANGLES = ("released", "paper")
+
+
+def paper_angle(pts_q, pts_k) -> jnp.ndarray:
+  """LAGaBi's paper angle (its eq. 2): `theta = arctan(dy / dx)` in `[-pi/2, pi/2]`, `[..., Q, K]`.
+
+  Unlike the released `atan2(dx, dy)` it cannot tell left from right (a key at angle
+  `theta` and its mirror through the query share it). `dx = 0` gives `+-pi/2` by the
+  sign of `dy`; coinciding points give 0 with zero gradient.
+  """
+  dx, dy = pairwise_deltas(pts_q, pts_k)  # [..., Q, K] each
+  origin = safe_norm(dx, dy) < ORIGIN_RADIUS  # [..., Q, K]
+  vertical = jnp.abs(dx) < ORIGIN_RADIUS  # [..., Q, K]
+  safe_dx = jnp.where(vertical, 1.0, dx)
+  theta = jnp.where(vertical, jnp.sign(dy) * (math.pi / 2), jnp.arctan(dy / safe_dx))
+  return jnp.where(origin, 0.0, theta)  # [..., Q, K]
+
+
 def _per_head(x, name: str) -> jnp.ndarray:
   x = jnp.asarray(x, jnp.float32)
   if x.ndim != 1:
@@ -101,7 +119,7 @@ def _per_head(x, name: str) -> jnp.ndarray:
 
 
 def gaussian_polar_bias(pts_q, pts_k, mu_rho, mu_theta, sigma_rho, sigma_theta,
-                        alpha: float = DEFAULT_ALPHA) -> jnp.ndarray:
+                        alpha: float = DEFAULT_ALPHA, angle: str = "released") -> jnp.ndarray:
   """LAGaBi's additive attention bias `alpha * (g - 1)`, `[..., H, Q, K]`, in `[-alpha, 0]`.
 
   Args:
@@ -109,6 +127,8 @@ def gaussian_polar_bias(pts_q, pts_k, mu_rho, mu_theta, sigma_rho, sigma_theta,
     pts_k: `[..., K, 2]` key reference points.
     mu_rho, mu_theta, sigma_rho, sigma_theta: `[H]` per-head kernel parameters.
     alpha: the bias weight (4 in the paper).
+    angle: "released" (`atan2(dx, dy)`, circular angle difference) or "paper"
+      (`paper_angle`, plain difference `theta - mu_theta`).
 
   Returns:
     `float32 [..., H, Q, K]`; differentiable in the four parameters.
@@ -121,11 +141,17 @@ def gaussian_polar_bias(pts_q, pts_k, mu_rho, mu_theta, sigma_rho, sigma_theta,
   s_rho, s_theta = _per_head(sigma_rho, "sigma_rho"), _per_head(sigma_theta, "sigma_theta")
   var_rho = jnp.square(s_rho) + SIGMA_FLOOR ** 2  # [H, 1, 1]
   var_theta = jnp.square(s_theta) + SIGMA_FLOOR ** 2  # [H, 1, 1]
+  if angle not in ANGLES:
+    raise ValueError(f"angle must be one of {ANGLES}, got {angle!r}")
   rho, theta = polar_coordinates(pts_q, pts_k)  # [..., Q, K] each
   rho = rho[..., None, :, :]  # [..., 1, Q, K]
-  theta = theta[..., None, :, :]  # [..., 1, Q, K]
-  wrapped = jnp.mod(theta - m_theta, 2.0 * math.pi)  # [..., H, Q, K] in [0, 2 pi)
-  dtheta = jnp.minimum(wrapped, 2.0 * math.pi - wrapped)  # [..., H, Q, K] in [0, pi]
+  if angle == "paper":
+    theta = paper_angle(pts_q, pts_k)[..., None, :, :]  # [..., 1, Q, K]
+    dtheta = theta - m_theta  # [..., H, Q, K]
+  else:
+    theta = theta[..., None, :, :]  # [..., 1, Q, K]
+    wrapped = jnp.mod(theta - m_theta, 2.0 * math.pi)  # [..., H, Q, K] in [0, 2 pi)
+    dtheta = jnp.minimum(wrapped, 2.0 * math.pi - wrapped)  # [..., H, Q, K] in [0, pi]
   exponent = (jnp.square(rho - m_rho) / (2.0 * var_rho)
               + jnp.square(dtheta) / (2.0 * var_theta))  # [..., H, Q, K]
   g = jnp.exp(-exponent)  # [..., H, Q, K]

@@ -126,8 +126,13 @@ def distance_quantile_edges(centers, mask, num_buckets: int = 4, *,
   return jnp.broadcast_to(edges, (b, num_buckets + 1))  # [B, E]
 
 
-def distance_buckets(centers_q, centers_k, edges) -> jnp.ndarray:
-  """Distance bucket of every pair: `int32 [..., Q, K]` in `[0, E - 1)`.
+def distance_buckets(centers_q, centers_k, edges, *, zero_bucket: bool = False) -> jnp.ndarray:
+  """Distance bucket of every pair: `int32 [..., Q, K]` in `[0, E - 1)` (`[0, E)` with `zero_bucket`).
+
+  `zero_bucket` (`model.polar_zero_bucket`, the released code's bucketing as flaxdoc
+  reads it): pairs at distance 0 - the self pair and the sub-tokens of one word, which
+  share a box - get a bucket of their own, 0, and every other pair the quantile
+  bucket + 1. Without it (the paper) they fall in the first quantile bucket.
 
   Args:
     centers_q: `[..., Q, 2]` query box centres.
@@ -147,7 +152,13 @@ def distance_buckets(centers_q, centers_k, edges) -> jnp.ndarray:
   # materialising a [..., Q, K, E] comparison.
   for i in range(1, e.shape[-1] - 1):
     bucket = bucket + (rho >= e[..., i, None, None]).astype(jnp.int32)  # [..., Q, K]
+  if zero_bucket:
+    bucket = jnp.where(rho <= ZERO_DISTANCE, 0, bucket + 1)  # [..., Q, K]
   return bucket
+
+
+# Centre distances (0-1000 units) at or below this count as zero (`zero_bucket`).
+ZERO_DISTANCE = 1e-3
 
 
 # -------------------------------------------------------------------- angle

@@ -64,6 +64,8 @@ CHOICES = {
     "gaussian_corner": ("bottom_left", "top_left", "center"),
     "fixed_bias": ("none", "squircle", "cross"),
     "gcn_message_hidden": MESSAGE_HIDDEN,
+    "gaussian_angle": ("released", "paper"),
+    "cosformer_length": ("max", "document"),
 }
 
 # Geometry key marking real (non-global) rows, read by `LongPairsOnly`.
@@ -101,8 +103,9 @@ class EncoderSpec:
 
   Layout terms: `rich_attention` on `rich_axes` (per layer); `polar` (DocPolarBERT,
   shared) with `polar_angle`, `polar_distance_pool`, `polar_distance_buckets`,
-  `polar_1d_buckets`, `polar_1d_max_distance`; `gaussian` (LAGaBi, shared) with
-  `gaussian_corner`, `gaussian_alpha`; `fixed_bias` ("none" | "squircle" | "cross").
+  `polar_1d_buckets`, `polar_1d_max_distance`, `polar_1d` (the 1D term on/off),
+  `polar_zero_bucket`; `gaussian` (LAGaBi, shared) with `gaussian_corner`, `gaussian_alpha`,
+  `gaussian_angle` ("released" | "paper"); `cosformer_length` ("max" | "document"); `fixed_bias` ("none" | "squircle" | "cross").
 
   Super-Tokens: `gcn_layers` (0 = off), `gcn_message_hidden` ("width" | "input"). Heads: `tagging_hidden`, `local_order_head`.
   Implementation: `scan_layers`, `remat`, `remat_policy`.
@@ -131,6 +134,7 @@ class EncoderSpec:
   etc_relative_positions: bool = False
   linformer_proj_length: int = 512
   cosformer_reweight: str = "1d"
+  cosformer_length: str = "max"  # 1D M: "max" (max_len) | "document" (released code)
   # layout terms
   rich_attention: bool = False
   rich_axes: tuple[str, ...] = ("x", "y")
@@ -140,9 +144,12 @@ class EncoderSpec:
   polar_distance_buckets: int = 4
   polar_1d_buckets: int = 32
   polar_1d_max_distance: int = 128
+  polar_1d: bool = True  # the 1D relative term (released code; the paper has none)
+  polar_zero_bucket: bool = False  # a distance bucket of its own for distance 0 (released)
   gaussian: bool = False
   gaussian_corner: str = "bottom_left"
   gaussian_alpha: float = 4.0
+  gaussian_angle: str = "released"  # "released" atan2(dx, dy) | "paper" arctan(dy / dx)
   fixed_bias: str = "none"
   # super-tokens and heads
   gcn_layers: int = 0
@@ -295,7 +302,7 @@ class DocumentEncoder(nn.Module):
                                dropout_rate=s.attention_dropout_rate,
                                initializer_range=s.initializer_range, **common)
     return functools.partial(CosformerAttention, reweight=s.cosformer_reweight,
-                             max_length=self.max_len, initializer_range=s.initializer_range,
+                             max_length=self.max_len, length=s.cosformer_length, initializer_range=s.initializer_range,
                              **common)
 
   def _terms(self) -> tuple[tuple[Callable[..., nn.Module], ...], tuple[nn.Module, ...]]:
@@ -315,10 +322,11 @@ class DocumentEncoder(nn.Module):
           head_dim=s.head_dim, num_1d_buckets=s.polar_1d_buckets,
           max_1d_distance=s.polar_1d_max_distance,
           num_distance_buckets=s.polar_distance_buckets, angle=s.polar_angle,
+          use_1d=s.polar_1d, zero_bucket=s.polar_zero_bucket,
           param_dtype=self.param_dtype, parent=None))
     if s.gaussian:
       shared_terms.append(GaussianTerm(num_heads=s.num_heads, corner=s.gaussian_corner,
-                                       alpha=s.gaussian_alpha, param_dtype=self.param_dtype,
+                                       alpha=s.gaussian_alpha, angle=s.gaussian_angle, param_dtype=self.param_dtype,
                                        parent=None))
     if s.fixed_bias != "none":
       shared_terms.append(FixedBiasTerm(kind=s.fixed_bias, parent=None))

@@ -41,6 +41,7 @@ which this module never forms: passing any raises `ValueError`.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import jax
@@ -97,6 +98,8 @@ class CosformerAttention(nn.Module):
     num_heads: attention heads; the model width must be divisible by it.
     reweight: "none" | "1d" | "squircle" | "cross" (see the module docstring).
     max_length: `M` of the 1D re-weighting (default: the sequence length `N`).
+    length: "max" (`M = max_length`) or "document" (`M` = each row's own number of
+      valid tokens, the released code's choice; `model.cosformer_length`).
     extent: the coordinate offset of `geom["centers"]` that maps to a quarter
       period of the 2D cosines (`M` of `pi / 2M`; 1000 for per-page LayoutLM units).
     eps: denominator clamp (1e-4 as in Douzon et al.'s configuration).
@@ -104,6 +107,7 @@ class CosformerAttention(nn.Module):
   num_heads: int
   reweight: str = "1d"
   max_length: int | None = None
+  length: str = "max"  # M of the 1D re-weighting: "max" (max_length) or "document"
   extent: float = 1000.0
   eps: float = DEFAULT_EPS
   use_bias: bool = True
@@ -125,6 +129,11 @@ class CosformerAttention(nn.Module):
       if tuple(positions.shape) != (batch, length):
         raise ValueError(f"CosformerAttention: geom['positions'] has shape "
                          f"{tuple(positions.shape)}, expected {(batch, length)}")
+      if self.length == "document":
+        # The released code's M: the document's (window's) own token count, per row.
+        m = jnp.maximum(jnp.sum(mask, axis=-1, keepdims=True), 1).astype(jnp.float32)  # [B, 1]
+        a = math.pi / (2.0 * m) * positions.astype(jnp.float32)  # [B, N]
+        return [jnp.stack([jnp.cos(a), jnp.sin(a)], axis=-1)]  # [B, N, 2]
       m = self.max_length or length
       return [cos_reweight_factors_1d(positions.astype(jnp.float32), m)]
     centers = geom.get("centers")

@@ -195,6 +195,8 @@ class PolarTerm(nn.Module):
     num_distance_buckets: distance buckets; `geom["dist_edges"]` must have
       `num_distance_buckets + 1` edges.
     angle: "released" (14 codes) or "sectors8" (the paper's 8 sectors, 10 codes).
+    zero_bucket: an extra distance bucket for pairs at distance 0 (the released
+      code; `flaxdoc.layout.polar.distance_buckets`).
     gather_method: "gather" or "onehot" (`flaxdoc.layout.polar.bucketed_dot_logits`).
     param_dtype: table dtype.
   """
@@ -206,6 +208,7 @@ class PolarTerm(nn.Module):
   max_1d_distance: int = 128
   num_distance_buckets: int = 4
   angle: str = "released"
+  zero_bucket: bool = False
   gather_method: str = "gather"
   param_dtype: Dtype = jnp.float32
 
@@ -217,8 +220,8 @@ class PolarTerm(nn.Module):
       self.table_1d = self.param("table_1d", init, (self.num_1d_buckets, self.head_dim),
                                  self.param_dtype)
     if self.use_distance:
-      self.table_distance = self.param("table_distance", init,
-                                       (self.num_distance_buckets, self.head_dim),
+      rows = self.num_distance_buckets + int(self.zero_bucket)
+      self.table_distance = self.param("table_distance", init, (rows, self.head_dim),
                                        self.param_dtype)
     if self.use_angle:
       codes = (polar_lib.NUM_ANGLE_CODES if self.angle == "released"
@@ -244,8 +247,8 @@ class PolarTerm(nn.Module):
                          f"num_distance_buckets + 1 = {self.num_distance_buckets + 1}")
       # Each query uses its own document's edges: give distance_buckets one query per
       # "batch" row (`[..., Q, 1, 2]` against `[..., 1, K, 2]`, edges `[..., Q, E]`).
-      bucket = polar_lib.distance_buckets(cq[..., :, None, :], ck[..., None, :, :],
-                                          edges)  # [..., Q, 1, K]
+      bucket = polar_lib.distance_buckets(cq[..., :, None, :], ck[..., None, :, :], edges,
+                                          zero_bucket=self.zero_bucket)  # [..., Q, 1, K]
       out["distance"] = bucket[..., 0, :]  # [..., Q, K]
     if self.use_angle:
       valid_q = q_geom.get("valid", jnp.ones(pos_q.shape, bool))
@@ -290,11 +293,14 @@ class GaussianTerm(nn.Module):
     corner: the box reference point, "bottom_left" (released, default),
       "top_left" (paper) or "center"; reads `geom["boxes"]` (0-1000 units).
     alpha: bias weight (4).
+    angle: "released" (`atan2(dx, dy)`, circular difference) or "paper"
+      (`arctan(dy / dx)` in `[-pi/2, pi/2]`, plain difference; `flaxdoc.layout.gaussian`).
     param_dtype: parameter dtype.
   """
   num_heads: int
   corner: str = "bottom_left"
   alpha: float = gaussian_lib.DEFAULT_ALPHA
+  angle: str = "released"
   param_dtype: Dtype = jnp.float32
 
   def setup(self):
@@ -326,7 +332,7 @@ class GaussianTerm(nn.Module):
     sigma_rho = jnp.sqrt(unit ** 2 * (jnp.square(p["sigma_rho"]) + floor2) - floor2)  # [H]
     return gaussian_lib.gaussian_polar_bias(
         pts_q, pts_k, unit * p["mu_rho"], p["mu_theta"], sigma_rho, p["sigma_theta"],
-        alpha=self.alpha)  # [..., H, Q, K]
+        alpha=self.alpha, angle=self.angle)  # [..., H, Q, K]
 
 
 class FixedBiasTerm(nn.Module):

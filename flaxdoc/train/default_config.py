@@ -93,6 +93,9 @@ def make(arg: str | None, *, model: str, variant: str, recipe: str = "bert",
   d.neighbour_swap = 0.0
   d.mlm_rate = 0.15
   d.lop_rate = 0.0
+  # Fraction of the official train split carved off as dev (None: the dataset's default
+  # size; 0: none, train on all of it and evaluate on `test` or nothing, as the papers do).
+  d.dev_fraction = ml_collections.FieldReference(None, field_type=float)
   d.max_train_docs = ml_collections.FieldReference(None, field_type=int)
   d.max_dev_docs = ml_collections.FieldReference(None, field_type=int)
   for k, v in data_overrides.items():
@@ -113,6 +116,10 @@ def make(arg: str | None, *, model: str, variant: str, recipe: str = "bert",
   o.weight_decay = 0.01
   o.clip_norm = 1.0
   o.grad_accum_steps = 1
+  # Starting from pre-trained weights (init_from=hf:DIR): lr multiplier for the imported
+  # parameters, and steps during which they stay frozen while the new parts warm up.
+  o.pretrained_lr_scale = 1.0
+  o.freeze_pretrained_steps = 0
 
   c.total_steps = 100_000 if a.mode == "pretrain" else 10_000
   c.log_every = 50
@@ -121,7 +128,7 @@ def make(arg: str | None, *, model: str, variant: str, recipe: str = "bert",
   c.keep_checkpoints = 2
   c.async_checkpoints = True
   c.lop_weight = 0.5
-  c.init_from = ""  # a pre-training workdir: its encoder initialises this run
+  c.init_from = ""  # a pre-training workdir, or hf:DIR (a Hugging Face checkpoint folder)
 
   c.mesh = ml_collections.ConfigDict()
   c.mesh.shape = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})

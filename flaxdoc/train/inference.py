@@ -23,7 +23,7 @@ from flax import linen as nn
 from flaxdoc import metrics as metrics_lib
 from flaxdoc.train import checkpoint as ckpt_lib
 from flaxdoc.train import evaluate as eval_lib
-from flaxdoc.train import optimizer, setup
+from flaxdoc.train import hf_init, optimizer, setup
 from flaxdoc.train import sharding as sharding_lib
 from flaxdoc.train import state as state_lib
 from flaxdoc.train.input_pipeline import featurize_split
@@ -38,7 +38,7 @@ def restore_for_inference(config: ml_collections.ConfigDict, workdir: str):
   env = setup.Experiment.create(config)
   oc = ml_collections.ConfigDict(config.optim.to_dict())
   oc.total_steps = config.total_steps
-  tx, _ = optimizer.make_optimizer(oc)
+  tx, _ = optimizer.make_optimizer(oc, pretrained=hf_init.pretrained_mask(config))
   init_fn = state_lib.make_init_fn(env.model, tx, env.example_batch(1))
   boxed = jax.eval_shape(init_fn, jax.random.PRNGKey(0))
   shardings = sharding_lib.logical_shardings(boxed, mesh, rules)

@@ -7,7 +7,10 @@ accumulation via `optax.MultiSteps`.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import jax
+import jax.numpy as jnp
 import ml_collections
 import optax
 from flax import traverse_util
@@ -53,24 +56,27 @@ def decay_mask(params):
   return traverse_util.unflatten_dict({k: wants_decay(k) for k in flat})
 
 
-def make_optimizer(config: ml_collections.ConfigDict) -> tuple[optax.GradientTransformation,
-                                                               optax.Schedule]:
+def make_optimizer(config: ml_collections.ConfigDict, pretrained: Callable | None = None
+                   ) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """The optimiser of `config.optim` and its schedule (for logging).
 
   Reads `optim.{name, lr, b1, b2, eps, weight_decay, clip_norm, grad_accum_steps}`
   plus the schedule fields. `name` is "adamw" (default) or "adam" (FormNet's
   fine-tuning recipe: Adam without decoupled weight decay).
+
+  `pretrained` (`params -> tree of bool`, from `flaxdoc.train.hf_init.pretrained_mask`)
+  marks parameters imported from a checkpoint: they follow the schedule times
+  `optim.pretrained_lr_scale`, and a learning rate of 0 for the first
+  `optim.freeze_pretrained_steps` steps (their Adam moments still accumulate, so
+  they start moving with sensible statistics), while the new parts train at full rate.
+  The scaling multiplies the final updates (`scale_pretrained`), which for Adam(W) is
+  exactly a per-parameter learning-rate factor, and keeps one step counter as its only
+  state (no per-parameter masked states to shard).
   """
   schedule = learning_rate_schedule(config)
-  name = config.get("name", "adamw")
-  b1, b2, eps = float(config.get("b1", 0.9)), float(config.get("b2", 0.999)), float(config.get("eps", 1e-8))
-  if name == "adamw":
-    opt = optax.adamw(schedule, b1=b1, b2=b2, eps=eps,
-                      weight_decay=float(config.get("weight_decay", 0.01)), mask=decay_mask)
-  elif name == "adam":
-    opt = optax.adam(schedule, b1=b1, b2=b2, eps=eps)
-  else:
-    raise ValueError(f"unknown optimiser {name!r}; expected 'adamw' or 'adam'")
+  opt = _base_optimizer(config, schedule)
+  if pretrained is not None:
+    opt = optax.chain(opt, scale_pretrained(pretrained, config))
   chain = []
   clip = config.get("clip_norm", 1.0)
   if clip:
@@ -81,6 +87,41 @@ def make_optimizer(config: ml_collections.ConfigDict) -> tuple[optax.GradientTra
   if accum > 1:
     tx = optax.MultiSteps(tx, every_k_schedule=accum)
   return tx, schedule
+
+
+def scale_pretrained(pretrained: Callable, config: ml_collections.ConfigDict
+                     ) -> optax.GradientTransformation:
+  """Updates of parameters marked by `pretrained(params)` times 0 (first N steps), then the scale."""
+  scale = config.get("pretrained_lr_scale", 1.0)
+  scale = 1.0 if scale is None else float(scale)
+  freeze = int(config.get("freeze_pretrained_steps", 0) or 0)
+  if scale < 0 or freeze < 0:
+    raise ValueError(f"config.optim.pretrained_lr_scale ({scale}) and freeze_pretrained_steps "
+                     f"({freeze}) must be >= 0")
+
+  def init(params):
+    del params
+    return optax.ScaleByScheduleState(count=jnp.zeros([], jnp.int32))
+
+  def update(updates, state, params=None):
+    del params
+    factor = jnp.where(state.count < freeze, 0.0, scale)
+    mask = pretrained(updates)
+    updates = jax.tree.map(lambda u, m: u * factor.astype(u.dtype) if m else u, updates, mask)
+    return updates, optax.ScaleByScheduleState(count=optax.safe_int32_increment(state.count))
+
+  return optax.GradientTransformation(init, update)
+
+
+def _base_optimizer(config, schedule) -> optax.GradientTransformation:
+  name = config.get("name", "adamw")
+  b1, b2, eps = float(config.get("b1", 0.9)), float(config.get("b2", 0.999)), float(config.get("eps", 1e-8))
+  if name == "adamw":
+    return optax.adamw(schedule, b1=b1, b2=b2, eps=eps,
+                       weight_decay=float(config.get("weight_decay", 0.01)), mask=decay_mask)
+  if name == "adam":
+    return optax.adam(schedule, b1=b1, b2=b2, eps=eps)
+  raise ValueError(f"unknown optimiser {name!r}; expected 'adamw' or 'adam'")
 
 
 def global_norm(tree) -> jax.Array:

@@ -19,6 +19,7 @@ from flaxdoc.data.document import Document
 from flaxdoc.data.features import FeatureConfig, batch_features, featurize
 from flaxdoc.train import checkpoint as ckpt_lib
 from flaxdoc.train import checkpoint_recovery
+from flaxdoc.train import hf_init
 from flaxdoc.train.input_pipeline import FeaturizedSplit, featurize_split
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ class Experiment:
   @classmethod
   def create(cls, config: ml_collections.ConfigDict) -> "Experiment":
     from flaxdoc import models  # pylint: disable=import-outside-toplevel
+    config = hf_init.resolve_config(config)  # init_from=hf:DIR: the checkpoint's sizes
     d = config.data
     tokenizer = tokenizers.load_tokenizer(d.tokenizer)
     if config.mode == "pretrain":
@@ -57,7 +59,8 @@ class Experiment:
                        add_special_tokens=d.get("add_special_tokens", True), graph=needs_graph,
                        graph_max_degree=d.get("graph_max_degree", 8),
                        graph_variant=d.get("graph_variant", "ball_of_sight"))
-    model = models.build_model(config.model, vocab_size=tokenizer.vocab_size,
+    model = models.build_model(config.model,
+                               vocab_size=hf_init.check_vocabulary(config, tokenizer),
                                num_tags=max(fc.num_tags, 1), max_len=fc.max_len,
                                pretraining=config.mode == "pretrain",
                                dtype=config.get("dtype", "float32"))
@@ -67,6 +70,8 @@ class Experiment:
   def documents(self, split: str) -> list[Document]:
     d = self.config.data
     options = dict(d.get("dataset_options", {}) or {})
+    if d.get("dev_fraction") is not None:  # 0: no dev split carved (the papers' protocol)
+      options.setdefault("dev_fraction", float(d.dev_fraction))
     docs, report = datasets.load_dataset(d.dataset, split, data_dir=d.get("data_dir") or None,
                                          **options)
     if jax.process_index() == 0:
@@ -97,8 +102,14 @@ class Experiment:
     return batch_features([w] * max(batch_size, 1))
 
   # ------------------------------------------------------------- pretrained
-  def load_pretrained(self, directory: str, params, abstract_params):
-    """Encoder weights from a pre-training run; heads absent there stay freshly initialised."""
+  def load_pretrained(self, directory: str, params, abstract_params, workdir: str | None = None):
+    """Encoder weights from a pre-training run; heads absent there stay freshly initialised.
+
+    `hf:DIR` reads a Hugging Face checkpoint instead (`flaxdoc.train.hf_init`), writing
+    `WORKDIR/init_report.json`.
+    """
+    if hf_init.hf_folder(directory) is not None:
+      return hf_init.import_params(self.config, params, workdir)[0]
     import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
     from flax import traverse_util  # pylint: disable=import-outside-toplevel
     path = ckpt_lib.checkpoint_dir(directory)

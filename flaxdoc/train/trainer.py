@@ -26,7 +26,7 @@ from jax.experimental import multihost_utils
 
 from flaxdoc.train import checkpoint as ckpt_lib
 from flaxdoc.train import evaluate as eval_lib
-from flaxdoc.train import input_pipeline, metrics_writer, optimizer, setup
+from flaxdoc.train import hf_init, input_pipeline, metrics_writer, optimizer, setup
 from flaxdoc.train import sharding as sharding_lib
 from flaxdoc.train import state as state_lib
 
@@ -67,6 +67,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     raise ValueError(f"train_and_evaluate handles modes 'train' and 'pretrain', not {mode!r}")
   if not ckpt_lib.is_remote(workdir):
     os.makedirs(workdir, exist_ok=True)
+  config = hf_init.resolve_config(config)  # init_from=hf:DIR: sizes + tokenizer recorded
   if jax.process_index() == 0:
     save_config(config, workdir)
   mesh = sharding_lib.make_mesh(dict(config.mesh.shape))
@@ -83,7 +84,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
            len(train_split.windows), train_split.num_tokens)
 
   # --- model and state
-  tx, schedule = optimizer.make_optimizer(_optim_config(config))
+  tx, schedule = optimizer.make_optimizer(_optim_config(config),
+                                          pretrained=hf_init.pretrained_mask(config))
   model = env.model
   example = env.example_batch(1)
   init_fn = state_lib.make_init_fn(model, tx, example)
@@ -102,7 +104,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     log.info("resumed from step %d (%s)", int(state.step), manager.directory)
   elif config.get("init_from"):
     state = state.replace(params=env.load_pretrained(config.init_from, state.params,
-                                                     abstract_state.params))
+                                                     abstract_state.params, workdir=workdir))
 
   shard_index, shard_count = sharding_lib.process_batch_shard(mesh, config.batch_size)
   train_iter = iter(input_pipeline.train_dataset(

@@ -253,8 +253,12 @@ class PolarTerm(nn.Module):
     self.num_1d = int(spec["polar_1d_buckets"])
     self.max_1d = int(spec["polar_1d_max_distance"])
     self.angle = spec["polar_angle"]
-    self.table_1d = _param(self.num_1d, head_dim)
-    self.table_distance = _param(int(spec["polar_distance_buckets"]), head_dim)
+    self.use_1d = bool(spec.get("polar_1d", True))
+    self.zero_bucket = bool(spec.get("polar_zero_bucket", False))
+    if self.use_1d:
+      self.table_1d = _param(self.num_1d, head_dim)
+    self.table_distance = _param(int(spec["polar_distance_buckets"]) + int(self.zero_bucket),
+                                 head_dim)
     codes = geo.NUM_ANGLE_CODES if self.angle == "released" else geo.NUM_ANGLE_SECTORS8_CODES
     self.table_angle = _param(codes, head_dim)
 
@@ -270,27 +274,32 @@ class PolarTerm(nn.Module):
 
   def forward(self, q, k, q_geom, k_geom) -> torch.Tensor:
     pos_q, pos_k = q_geom["positions"], k_geom["positions"]
-    b1d = geo.relative_position_buckets(pos_q, pos_k, self.num_1d, self.max_1d)
     bdist = geo.distance_buckets(q_geom["centers"][..., :, None, :],
                                  k_geom["centers"][..., None, :, :],
                                  q_geom["dist_edges"])[..., 0, :]  # [..., Q, K]
+    if self.zero_bucket:  # distance 0 gets a bucket of its own (layout.polar.ZERO_DISTANCE)
+      rho = geo.pairwise_distances(q_geom["centers"], k_geom["centers"])
+      bdist = torch.where(rho <= 1e-3, torch.zeros_like(bdist), bdist + 1)
     is_self = pos_q[..., :, None] == pos_k[..., None, :]
     valid = q_geom["valid"][..., :, None] & k_geom["valid"][..., None, :]
     codes_fn = geo.angle_codes_released if self.angle == "released" else geo.angle_sectors8
     bangle = codes_fn(q_geom["boxes"], k_geom["boxes"], is_self, valid)
-    total = (self._bucketed(q, self.table_1d, b1d) + self._bucketed(q, self.table_distance, bdist)
+    total = (self._bucketed(q, self.table_distance, bdist)
              + self._bucketed(q, self.table_angle, bangle))
+    if self.use_1d:
+      b1d = geo.relative_position_buckets(pos_q, pos_k, self.num_1d, self.max_1d)
+      total = total + self._bucketed(q, self.table_1d, b1d)
     return total / math.sqrt(self.head_dim)
 
 
 class GaussianTerm(nn.Module):
   """LAGaBi's Gaussian polar bias (`flaxdoc.nn.layout_terms.GaussianTerm`)."""
 
-  def __init__(self, heads: int, corner: str, alpha: float):
+  def __init__(self, heads: int, corner: str, alpha: float, angle: str = "released"):
     super().__init__()
     self.mu_rho, self.mu_theta = _param(heads), _param(heads)
     self.sigma_rho, self.sigma_theta = _param(heads), _param(heads)
-    self.corner, self.alpha = corner, float(alpha)
+    self.corner, self.alpha, self.angle = corner, float(alpha), angle
 
   def forward(self, q, k, q_geom, k_geom) -> torch.Tensor:
     unit = 1000.0  # corners stay in 0-1000 units, parameters scaled (see the Flax term)
@@ -308,9 +317,17 @@ class GaussianTerm(nn.Module):
     one = torch.ones_like(dx)
     theta = torch.where(origin, torch.zeros_like(dx),
                         torch.atan2(torch.where(origin, one, dx), torch.where(origin, one, dy)))
+    if self.angle == "paper":  # arctan(dy / dx) in [-pi/2, pi/2], plain difference
+      vertical = dx == 0
+      atan = torch.atan(dy / torch.where(vertical, one, dx))
+      theta = torch.where(vertical, torch.sign(dy) * (math.pi / 2), atan)
+      theta = torch.where(origin, torch.zeros_like(dx), theta)
     rho, theta = rho[..., None, :, :], theta[..., None, :, :]  # [..., 1, Q, K]
-    wrapped = torch.remainder(theta - m_theta, 2.0 * math.pi)
-    dtheta = torch.minimum(wrapped, 2.0 * math.pi - wrapped)
+    if self.angle == "paper":
+      dtheta = theta - m_theta
+    else:
+      wrapped = torch.remainder(theta - m_theta, 2.0 * math.pi)
+      dtheta = torch.minimum(wrapped, 2.0 * math.pi - wrapped)
     exponent = torch.square(rho - m_rho) / (2.0 * var_rho) + torch.square(dtheta) / (2.0 * var_theta)
     return self.alpha * (torch.exp(-exponent) - 1.0)  # [..., H, Q, K]
 
@@ -511,17 +528,17 @@ class CosformerAttention(nn.Module):
   """`flaxdoc.nn.cosformer.CosformerAttention`: relu linear attention with cos re-weighting."""
 
   def __init__(self, width: int, heads: int, reweight: str, max_length: int,
-               extent: float = 1000.0, eps: float = 1e-4):
+               extent: float = 1000.0, eps: float = 1e-4, length: str = "max"):
     super().__init__()
     d = width // heads
     self.query, self.key, self.value = (HeadsProjection(width, heads, d) for _ in range(3))
     self.out = OutProjection(heads, d, width)
-    self.reweight, self.max_length = reweight, int(max_length)
+    self.reweight, self.max_length, self.length = reweight, int(max_length), length
     self.extent, self.eps = float(extent), float(eps)
 
   @staticmethod
-  def _cos_factors(p: torch.Tensor, m: float) -> torch.Tensor:
-    a = math.pi / (2.0 * m)
+  def _cos_factors(p: torch.Tensor, m) -> torch.Tensor:
+    a = math.pi / (2.0 * m)  # m: a number, or [B, 1] per-document lengths
     p = a * p.to(torch.float32)
     return torch.stack([torch.cos(p), torch.sin(p)], dim=-1)  # [B, N, 2]
 
@@ -530,6 +547,9 @@ class CosformerAttention(nn.Module):
     if self.reweight == "none":
       return [torch.ones((batch, length, 1), device=mask.device)]
     if self.reweight == "1d":
+      if self.length == "document":
+        m = torch.clamp(mask.to(torch.float32).sum(-1, keepdim=True), min=1.0)  # [B, 1]
+        return [self._cos_factors(geom["positions"], m)]
       return [self._cos_factors(geom["positions"], self.max_length or length)]
     c = geom["centers"]
     fx = self._cos_factors(c[..., 0], self.extent)

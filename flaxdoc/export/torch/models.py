@@ -68,7 +68,8 @@ class TorchDocumentEncoder(nn.Module):
     if s.get("polar"):
       shared.append(L.PolarTerm(s, d))
     if s.get("gaussian"):
-      shared.append(L.GaussianTerm(h, s["gaussian_corner"], s["gaussian_alpha"]))
+      shared.append(L.GaussianTerm(h, s["gaussian_corner"], s["gaussian_alpha"],
+                                   s.get("gaussian_angle", "released")))
     if s.get("fixed_bias", "none") != "none":
       shared.append(L.FixedBiasTerm(s["fixed_bias"]))
     if dense_globals:
@@ -94,7 +95,8 @@ class TorchDocumentEncoder(nn.Module):
     if kind == "linformer":
       return L.LinformerAttention(e, h, self.max_len, s["linformer_proj_length"])
     if kind == "cosformer":
-      return L.CosformerAttention(e, h, s["cosformer_reweight"], self.max_len)
+      return L.CosformerAttention(e, h, s["cosformer_reweight"], self.max_len,
+                                  length=s.get("cosformer_length", "max"))
     raise ValueError(f"unknown attention kind {kind!r} in the exported spec")
 
   @property
