@@ -231,3 +231,33 @@ def summary(scores: dict) -> str:
       parts.append(f"{name} {scores[f'rel_f1{suffix}']:.4f} (P {scores[f'rel_precision{suffix}']:.4f}, "
                    f"R {scores[f'rel_recall{suffix}']:.4f})")
   return ", ".join(parts)
+
+
+def link_fn_for(config: ml_collections.ConfigDict, model, params) -> LinkFn:
+  """A `LinkFn` for restored `params` on the config's mesh (eval / predict modes)."""
+  mesh = sharding_lib.make_mesh(dict(config.mesh.shape))
+  return make_link_fn(model, lambda: params, mesh)
+
+
+def document_pairs(task: LinkingTask, documents, split: FeaturizedSplit, tag_predictions,
+                   link_fn: LinkFn, batch_size: int) -> list[list[tuple[object, object, float]]]:
+  """Per document, `(key entity, value entity, probability)` for `predict`.
+
+  Entities are the Viterbi-decoded ones; with `task="linking"` (no tagging head trained)
+  they are the documents' own entities, which must then be given.
+  """
+  from flaxdoc import decode  # pylint: disable=import-outside-toplevel
+  if task.tagging:
+    entities = [list(p.entities) for p in tag_predictions]
+  else:
+    entities = []
+    for d in documents:
+      if d.entities is None:
+        raise ValueError(f"config.task='linking' predicts links between given entities, but "
+                         f"document {d.id!r} has none; train with task='tagging+linking' to "
+                         "link the entities the model finds")
+      entities.append([decode._make_entity(d, e.label, e.words, None)  # pylint: disable=protected-access
+                       for e in d.entities])
+  pairs = task.predicted_pairs(documents, split, entities, link_fn, batch_size)
+  return [[(ents[k], ents[v], p) for k, v, p in doc_pairs]
+          for ents, doc_pairs in zip(entities, pairs)]
