@@ -88,8 +88,16 @@ class LinkingTask:
                                      int(lc.get("max_candidates", 32)))
     spec = LinkingSpec(num_labels=len(labels), dim=int(lc.get("dim", 128)),
                        pooling=lc.get("pooling", "first"), geometry=bool(lc.get("geometry", False)))
-    return cls(task, dataset, labels, data_linking.parse_pairs(pairs, labels), shapes,
-               float(lc.get("weight", 1.0)), spec)
+    try:
+      allowed = data_linking.parse_pairs(pairs, labels)
+    except ValueError as e:
+      if dataset == "synthetic" and not (config.data.get("dataset_options") or {}).get("link_keys"):
+        raise ValueError(f"config.task={task!r} on dataset 'synthetic': its documents carry key "
+                         "-> value relations (and 'key' entities) only with "
+                         "--config.data.dataset_options.link_keys=True (the config argument "
+                         f"task={task} sets it)") from e
+      raise
+    return cls(task, dataset, labels, allowed, shapes, float(lc.get("weight", 1.0)), spec)
 
   @property
   def tagging(self) -> bool:

@@ -64,7 +64,12 @@ def test_one_train_step(task):
 
 
 def test_linking_without_relations_names_dataset_and_split():
-  env = setup.Experiment.create(_config("tagging+linking", link_keys=False))
+  with pytest.raises(ValueError, match=r"dataset 'synthetic'.*link_keys=True"):
+    setup.Experiment.create(_config("tagging+linking", link_keys=False))
+  # Labels that exist but were never linked: the split has no relations.
+  config = _config("tagging+linking", link_keys=False)
+  config.linking.pairs = "seller:buyer"
+  env = setup.Experiment.create(config)
   with pytest.raises(ValueError, match=r"dataset 'synthetic' split 'train' has none.*link_keys"):
     env.featurized("train")
 
@@ -114,3 +119,35 @@ def test_link_pairs_keeps_the_most_confident_window():
   gold = set(env.linking.gold_relations([doc])[0])
   assert pairs and {(k, v) for k, v, _ in pairs} <= gold
   assert all(0.5 < p <= 1.0 for _, _, p in pairs)
+
+
+@pytest.mark.slow
+def test_train_then_predict_pdfs_writes_pairs(tmp_path):
+  """tagging+linking trained for a few steps; predict on synthetic PDFs writes `pairs`."""
+  pytest.importorskip("pypdfium2")
+  from flaxdoc.data.synthetic.render_pdf import write_pdf  # pylint: disable=import-outside-toplevel
+  from flaxdoc.train import inference, trainer  # pylint: disable=import-outside-toplevel
+  config = _config("tagging+linking", **{"data.max_len": 128, "total_steps": 2,
+                                         "eval_every": 2, "checkpoint_every": 2})
+  result = trainer.train_and_evaluate(config, str(tmp_path / "run"))
+  for key in ("eval/rel_f1_gold", "eval/rel_f1", "eval/rel_precision", "eval/rel_recall"):
+    assert 0.0 <= result[key] <= 1.0
+  docs = [make_document(7, i, SyntheticConfig(link_keys=True)) for i in range(2)]
+  for doc in docs:
+    write_pdf(doc, tmp_path / f"{doc.id}.pdf")
+  config.mode = "predict"
+  config.predict.input = str(tmp_path / "*.pdf")
+  config.predict.draw = True
+  config.predict.draw_dir = str(tmp_path / "png")
+  out = inference.run_predict(config, str(tmp_path / "run"))
+  rows = [json.loads(line) for line in open(out, encoding="utf-8")]
+  assert len(rows) == 2 and all(isinstance(r["pairs"], list) for r in rows)
+  for r in rows:
+    for p in r["pairs"]:
+      assert set(p) == {"key", "value", "score"} and 0.0 <= p["score"] <= 1.0
+      assert p["key"]["words"] != p["value"]["words"]
+  assert len(list((tmp_path / "png").glob("*.png"))) == 2
+  # eval mode reports the relation scores next to the tagging ones.
+  config.mode = "eval"
+  scores = inference.run_eval(config, str(tmp_path / "run"))
+  assert "rel_f1_gold" in scores["relations"]
