@@ -225,3 +225,41 @@ def format_report(scores: dict, digits: int = 4) -> str:
   lines.append(f"({scores.get('num_pred', 0)} predicted, {scores.get('num_correct', 0)} correct, "
                f"{scores.get('num_sequences', 0)} sequences)")
   return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- relations
+class RelationMetrics:
+  """Key -> value relation precision / recall / F1 (LayoutXLM's RE definition).
+
+  A pair is `(key_words, value_words)`, each the word indices of an entity's span. A
+  predicted pair counts as correct only when a gold pair has exactly the same key span,
+  the same value span and so the same link: a wrong span on either side, a wrong key
+  for the value, or a missing pair are all errors. Counts are summed over documents
+  (micro average); empty cases follow `_ratios` (nothing predicted and nothing gold:
+  P = R = F1 = 1).
+  """
+
+  def __init__(self):
+    self.reset()
+
+  def reset(self) -> None:
+    self.correct = self.num_pred = self.num_gold = 0
+
+  @staticmethod
+  def _pairs(pairs) -> set:
+    out = set()
+    for key, value in pairs:
+      out.add((tuple(sorted(int(i) for i in key)), tuple(sorted(int(i) for i in value))))
+    return out
+
+  def add(self, gold_pairs, pred_pairs) -> None:
+    """Adds one document: `gold_pairs`, `pred_pairs` are iterables of (key_words, value_words)."""
+    gold, pred = self._pairs(gold_pairs), self._pairs(pred_pairs)
+    self.correct += len(gold & pred)
+    self.num_pred += len(pred)
+    self.num_gold += len(gold)
+
+  def compute(self) -> dict:
+    p, r, f = _ratios(self.correct, self.num_pred, self.num_gold)
+    return {"precision": p, "recall": r, "f1": f, "correct": self.correct,
+            "num_pred": self.num_pred, "num_gold": self.num_gold}

@@ -88,7 +88,7 @@ def _check_scale(scale) -> float:
 # ----------------------------------------------------------------------------- documents
 def draw_document(doc, path, *, page: int = 0, edges=None, entities=None, show_text: bool = False,
                   scale: float | None = None, background=None, title: str | None = None,
-                  labels: Sequence[str] | None = None) -> Path:
+                  labels: Sequence[str] | None = None, pairs=None) -> Path:
   """Draws one page of a document as a PNG.
 
   Args:
@@ -105,6 +105,8 @@ def draw_document(doc, path, *, page: int = 0, edges=None, entities=None, show_t
     background: optional page image (path or PIL image), shown faded under the drawing.
     title: text above the page; default: the document id and page.
     labels: the label order for colours (default: `doc.label_set`, else sorted labels).
+    pairs: key -> value links, `(key, value)` pairs of entities (objects with `.words`),
+      drawn as arrows from the key's extent to the value's (both on this page).
 
   Returns:
     The path written. Raises `ValueError` for a page, edge or entity word that does
@@ -188,6 +190,9 @@ def draw_document(doc, path, *, page: int = 0, edges=None, entities=None, show_t
       x0, y0, _, y1 = rect(i)
       draw.text((x0 + 1, y0), doc.words[i], fill=_TEXT, font=_font(round(0.8 * (y1 - y0))))
 
+  for key, value in pairs or ():
+    _draw_link(draw, boxes, on_page, key.words, value.words, ox, oy)
+
   if title is None:
     title = f"{doc.id} - page {page + 1} of {doc.num_pages} - {int(on_page.sum())} words"
     if edges_arr is not None:
@@ -204,6 +209,32 @@ def draw_document(doc, path, *, page: int = 0, edges=None, entities=None, show_t
       draw.rectangle([lx, y, lx + 14, y + 14], fill=colors[label], outline=_WORD)
       draw.text((lx + 20, y), f"{label} ({counts[label]})", fill=_TEXT, font=_font(13))
   return _save(image, path)
+
+
+_LINK = (200, 30, 30)
+
+
+def _draw_link(draw, boxes, on_page, key_words, value_words, ox, oy):
+  """An arrow from the key's extent to the value's: from the key's edge facing the value."""
+  kw = [int(w) for w in key_words if on_page[int(w)]]
+  vw = [int(w) for w in value_words if on_page[int(w)]]
+  if not kw or not vw:
+    return
+  k, v = boxes[kw], boxes[vw]
+  kx0, ky0, kx1, ky1 = k[:, 0].min(), k[:, 1].min(), k[:, 2].max(), k[:, 3].max()
+  vx0, vy0, vx1, vy1 = v[:, 0].min(), v[:, 1].min(), v[:, 2].max(), v[:, 3].max()
+  if vx0 >= kx1:  # value to the right: right edge -> left edge
+    a, b = (kx1, (ky0 + ky1) / 2), (vx0, (vy0 + vy1) / 2)
+  elif vy0 >= ky1:  # value below: bottom edge -> top edge
+    a, b = ((kx0 + kx1) / 2, ky1), ((vx0 + vx1) / 2, vy0)
+  else:
+    a, b = ((kx0 + kx1) / 2, (ky0 + ky1) / 2), ((vx0 + vx1) / 2, (vy0 + vy1) / 2)
+  a, b = (ox + a[0], oy + a[1]), (ox + b[0], oy + b[1])
+  draw.line([a, b], fill=_LINK, width=2)
+  angle = math.atan2(b[1] - a[1], b[0] - a[0])
+  head = [b] + [(b[0] - 8 * math.cos(angle + s), b[1] - 8 * math.sin(angle + s))
+                for s in (0.45, -0.45)]
+  draw.polygon(head, fill=_LINK)
 
 
 # ----------------------------------------------------------------------------- attention

@@ -52,6 +52,7 @@ This module also holds the strict JSON helpers the dataset readers share
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -276,15 +277,26 @@ def document_from_json(obj, *, source: str | None = None, box_policy: str = "err
       if not isinstance(r, list) or len(r) != 2:
         raise err(f"relation {k} must be a pair [a, b], got {_short(r)}")
       pairs.append(tuple(_int_list(r, err, f"relation {k} index")))
-    kwargs["relations"] = pairs
+    # A relation to an entity the document does not have is dropped and reported (in
+    # `Document.repairs`, which the reader's report lists), never a crash: linking
+    # data is often written by hand, and one bad link should not lose the document.
+    num_ents = len(kwargs.get("entities") or ())
+    kept = [p for p in pairs if 0 <= p[0] < num_ents and 0 <= p[1] < num_ents]
+    dropped = [f"relation {k} {list(p)}" for k, p in enumerate(pairs) if p not in kept]
+    kwargs["relations"] = kept
   if "label_set" in obj:
     labels = obj["label_set"]
     if not isinstance(labels, list) or not all(isinstance(l, str) for l in labels):
       raise field_err("label_set")(f"must be a list of strings, got {_short(labels)}")
     kwargs["label_set"] = labels
 
-  return Document.create(doc_id, words, boxes, box_policy=box_policy, source=source,
-                         text_policy=text_policy, **kwargs)
+  doc = Document.create(doc_id, words, boxes, box_policy=box_policy, source=source,
+                        text_policy=text_policy, **kwargs)
+  if "relations" in obj and dropped:
+    note = (f"dropped {len(dropped)} relation(s) to entities the document does not have "
+            f"({num_ents} entities): {', '.join(dropped[:5])}")
+    doc = dataclasses.replace(doc, repairs=doc.repairs + (note,))
+  return doc
 
 
 # --------------------------------------------------------------------------- files

@@ -36,7 +36,10 @@ def export_config(model, *, feature_config=None, tag_names=(), tokenizer: str | 
   return {"format": FORMAT, "format_version": FORMAT_VERSION, "model": spec,
           "vocab_size": int(model.vocab_size), "num_tags": int(model.num_tags),
           "max_len": int(model.max_len), "features": fc, "tag_names": list(tag_names),
-          "tokenizer": tokenizer, "train_config": dict(train_config) if train_config else None}
+          "tokenizer": tokenizer, "train_config": dict(train_config) if train_config else None,
+          # The entity-linking head's spec (flaxdoc.nn.linking.LinkingSpec), when it has one.
+          "linking": (dataclasses.asdict(model.linking)
+                      if getattr(model, "linking", None) is not None else None)}
 
 
 def write_export(out_dir: str | os.PathLike, params: Any, config: Mapping[str, Any]

@@ -49,6 +49,7 @@ from flaxdoc.nn.heads import LOCAL_ORDER_CLASSES, LocalOrderHead, MLMHead, Taggi
 from flaxdoc.nn.layout_terms import (RICH_AXES, FixedBiasTerm, GaussianTerm, PolarTerm,
                                      RichAttentionTerm, layout_geometry)
 from flaxdoc.nn.linformer import LinformerAttention
+from flaxdoc.nn.linking import LinkingHead
 
 Array = jax.Array
 
@@ -281,6 +282,8 @@ class DocumentEncoder(nn.Module):
   pretraining: bool = False
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
+  # A `flaxdoc.nn.linking.LinkingSpec`: also return `"link_logits"` (entity linking).
+  linking: Any = None
 
   # ---------------------------------------------------------------- pieces
   def _attention_factory(self) -> Callable[..., nn.Module]:
@@ -463,6 +466,13 @@ class DocumentEncoder(nn.Module):
             num_classes=LOCAL_ORDER_CLASSES, layer_norm_epsilon=s.layer_norm_epsilon,
             initializer_range=s.initializer_range, dtype=self.dtype,
             param_dtype=self.param_dtype, name="lop_head")(x)  # [B, L, 11]
+    if self.linking is not None and "link_first" in batch:
+      ls = self.linking
+      outputs["link_logits"] = LinkingHead(
+          num_labels=ls.num_labels, dim=ls.dim, pooling=ls.pooling, geometry=ls.geometry,
+          dropout_rate=s.dropout_rate, initializer_range=s.initializer_range, dtype=self.dtype,
+          param_dtype=self.param_dtype, name="linking_head")(
+              x, batch, deterministic=deterministic)  # [B, V, C + 1]
     return outputs
 
   def _needs_boxes(self) -> bool:

@@ -11,7 +11,8 @@ of `key=value` pairs or bare flags, for example:
 * `local` — shrink everything (model, data, steps) to run in minutes on a CPU;
 * `variant=A1` — another row of the model's variants table;
 * `dataset=funsd` — another dataset (labels follow it);
-* `mode=pretrain` — pre-training (MLM; + 1-LOP for DocPolarBERT).
+* `mode=pretrain` — pre-training (MLM; + 1-LOP for DocPolarBERT);
+* `task=tagging+linking` — also link keys to values (`flaxdoc.train.linking`).
 
 Anything else is overridable with `--config.some.field=value`.
 """
@@ -66,9 +67,11 @@ def make(arg: str | None, *, model: str, variant: str, recipe: str = "bert",
          max_len: int = 512, scheme: str = "BIO", **data_overrides) -> ml_collections.ConfigDict:
   """The full config for one model family (see the module docstring for `arg`)."""
   from flaxdoc import models  # pylint: disable=import-outside-toplevel
-  a = parse_arg(arg, local=False, variant=variant, dataset="synthetic", mode="train")
+  a = parse_arg(arg, local=False, variant=variant, dataset="synthetic", mode="train",
+                task="tagging")
   c = ml_collections.ConfigDict()
   c.mode = a.mode
+  c.task = a.task  # "tagging" | "linking" | "tagging+linking" (flaxdoc.train.linking)
   c.seed = 0
   c.dtype = "float32"  # compute dtype; "bfloat16" for TPUs / recent GPUs.
 
@@ -155,4 +158,18 @@ def make(arg: str | None, *, model: str, variant: str, recipe: str = "bert",
     c.log_every = 10
     c.eval_every = 200
     c.checkpoint_every = 200
+
+  # Entity linking (used when c.task has "linking"): flaxdoc.train.linking.
+  lk = c.linking = ml_collections.ConfigDict()
+  lk.weight = 1.0  # link loss weight in the joint loss
+  lk.pooling = "first"  # entity vector: "first" token or "mean" of its tokens
+  lk.pairs = ""  # "key_label:value_label,..."; "": the dataset's (funsd question:answer)
+  lk.dim = 128  # width of the key / value projections
+  lk.geometry = False  # add a learned score of the pair's relative box geometry
+  lk.max_entities = 96  # per window (padding sizes)
+  lk.max_values = 64
+  lk.max_candidates = 32  # nearest candidate keys kept per value
+  if "linking" in str(a.task) and a.dataset == "synthetic":
+    # The synthetic generator writes its key -> value relations only when asked.
+    d.dataset_options.link_keys = True
   return c

@@ -62,12 +62,17 @@ def restore_for_inference(config: ml_collections.ConfigDict, workdir: str):
 
 
 def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  env, _, predict_fn = restore_for_inference(config, workdir)
+  env, params, predict_fn = restore_for_inference(config, workdir)
   split = config.data.get("eval_split", "dev")
   feats = env.featurized(split, progress=True)
-  scores, _ = eval_lib.evaluate_split(feats, predict_fn, env.feature_config,
-                                      config.eval_batch_size, progress=True)
+  scores, preds = eval_lib.evaluate_split(feats, predict_fn, env.feature_config,
+                                          config.eval_batch_size, progress=True)
   report = metrics_lib.format_report(scores)
+  if env.linking is not None:  # entity linking: relation scores (flaxdoc.train.linking)
+    from flaxdoc.train import linking  # pylint: disable=import-outside-toplevel
+    scores["relations"] = env.linking.evaluate(
+        feats, preds, linking.link_fn_for(config, env.model, params), config.eval_batch_size)
+    report += "\nkey -> value relations: " + linking.summary(scores["relations"])
   print(f"\n{config.data.dataset} {split}: {len(feats.documents)} documents\n{report}")
   with open(os.path.join(workdir, f"eval_{split}.json"), "w", encoding="utf-8") as f:
     json.dump(scores, f, indent=1)
@@ -96,26 +101,36 @@ def _input_documents(config, env):
 
 
 def run_predict(config: ml_collections.ConfigDict, workdir: str) -> str:
-  env, _, predict_fn = restore_for_inference(config, workdir)
+  env, params, predict_fn = restore_for_inference(config, workdir)
   docs = _input_documents(config, env)
   feats = featurize_split(docs, env.tokenizer, env.feature_config, progress=True)
   preds = eval_lib.predict_split(feats, predict_fn, env.feature_config, config.eval_batch_size,
                                  progress=True)
+  pairs = [[] for _ in docs]
+  if env.linking is not None:  # key -> value pairs (flaxdoc.train.linking)
+    from flaxdoc.train import linking  # pylint: disable=import-outside-toplevel
+    pairs = linking.document_pairs(env.linking, docs, feats, preds,
+                                   linking.link_fn_for(config, env.model, params),
+                                   config.eval_batch_size)
   out = config.predict.get("output") or os.path.join(workdir, "predictions.jsonl")
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
   with open(out, "w", encoding="utf-8") as f:
-    for doc, p in zip(docs, preds):
-      f.write(json.dumps({"id": doc.id, "entities": [eval_lib.entity_json(e, doc)
-                                                      for e in p.entities]}) + "\n")
+    for doc, p, doc_pairs in zip(docs, preds, pairs):
+      row = {"id": doc.id, "entities": [eval_lib.entity_json(e, doc) for e in p.entities]}
+      if env.linking is not None:
+        row["pairs"] = [{"key": eval_lib.entity_json(k, doc), "value": eval_lib.entity_json(v, doc),
+                         "score": float(s)} for k, v, s in doc_pairs]
+      f.write(json.dumps(row) + "\n")
   if config.predict.get("draw"):
     from flaxdoc import viz  # pylint: disable=import-outside-toplevel
     pic_dir = config.predict.get("draw_dir") or os.path.join(workdir, "predictions")
     os.makedirs(pic_dir, exist_ok=True)
-    for doc, p in zip(docs, preds):
+    for doc, p, doc_pairs in zip(docs, preds, pairs):
       for page in range(doc.num_pages):
         # With the words written in: a picture of predictions is for reading what was found.
         viz.draw_document(doc, os.path.join(pic_dir, f"{_safe(doc.id)}_p{page}.png"), page=page,
-                          entities=p.entities, show_text=True)
+                          entities=p.entities, show_text=True,
+                          pairs=[(k, v) for k, v, _ in doc_pairs])
   print(f"wrote predictions for {len(docs)} documents to {out}")
   return out
 

@@ -25,10 +25,10 @@ from flaxdoc.train.input_pipeline import FeaturizedSplit, featurize_split
 log = logging.getLogger(__name__)
 
 
-def dataset_labels(name: str) -> tuple[str, ...]:
+def dataset_labels(name: str, options=None) -> tuple[str, ...]:
   if name == "synthetic":
-    from flaxdoc.data.synthetic import LABELS  # pylint: disable=import-outside-toplevel
-    return tuple(LABELS)
+    from flaxdoc.data.synthetic import LABELS, LABELS_WITH_KEYS  # pylint: disable=import-outside-toplevel
+    return tuple(LABELS_WITH_KEYS if (options or {}).get("link_keys") else LABELS)
   if name in datasets.LABELS:
     return datasets.LABELS[name]
   raise ValueError(f"dataset {name!r} has no built-in label set: set config.data.labels")
@@ -40,6 +40,7 @@ class Experiment:
   tokenizer: object
   feature_config: FeatureConfig
   model: nn.Module
+  linking: object = None  # a flaxdoc.train.linking.LinkingTask, or None (tagging only)
   _cache: dict = dataclasses.field(default_factory=dict, repr=False)
 
   @classmethod
@@ -51,7 +52,8 @@ class Experiment:
     if config.mode == "pretrain":
       labels = ()  # MLM needs no label set (user corpora often have none)
     else:
-      labels = tuple(d.labels) if d.get("labels") else dataset_labels(d.dataset)
+      labels = (tuple(d.labels) if d.get("labels") else
+                dataset_labels(d.dataset, d.get("dataset_options")))
     needs_graph = models.needs_graph(config.model)
     fc = FeatureConfig(max_len=int(d.max_len), stride=d.get("stride"), split=d.get("split", "window"),
                        scheme=d.get("scheme", "BIOES"),
@@ -64,7 +66,12 @@ class Experiment:
                                num_tags=max(fc.num_tags, 1), max_len=fc.max_len,
                                pretraining=config.mode == "pretrain",
                                dtype=config.get("dtype", "float32"))
-    return cls(config, tokenizer, fc, model)
+    # Entity linking (config.task): a linking head on the encoder, link arrays on windows.
+    from flaxdoc.train import linking  # pylint: disable=import-outside-toplevel
+    link_task = linking.LinkingTask.from_config(config, labels)
+    if link_task is not None:
+      model = model.clone(linking=link_task.spec)
+    return cls(config, tokenizer, fc, model, link_task)
 
   # ------------------------------------------------------------------ data
   def documents(self, split: str) -> list[Document]:
@@ -84,6 +91,10 @@ class Experiment:
     if split not in self._cache:
       self._cache[split] = featurize_split(self.documents(split), self.tokenizer,
                                            self.feature_config, progress)
+      if self.linking is not None:
+        stats = self.linking.add_gold(self._cache[split], split)
+        if stats:
+          log.warning("linking arrays of split %r cut by config.linking sizes: %s", split, stats)
     return self._cache[split]
 
   def example_batch(self, batch_size: int) -> dict:
@@ -95,6 +106,8 @@ class Experiment:
       doc = doc.replace(entities=None)
     w = featurize(doc, self.tokenizer, self.feature_config)[0]
     w = {k: v for k, v in w.items() if k not in ("window_index", "window_start", "subtoken_index")}
+    if self.linking is not None:
+      w.update(self.linking.example_arrays(len(w["input_ids"])))
     if self.config.mode == "pretrain":
       from flaxdoc.data import masking  # pylint: disable=import-outside-toplevel
       w = masking.pretraining_targets(w, np.random.default_rng(0), self.tokenizer,

@@ -69,13 +69,19 @@ def sharded_init(init_fn, rng, mesh: Mesh, rules) -> tuple[TrainState, Any, Any]
 
 
 def make_train_step(model: nn.Module, tx: optax.GradientTransformation, *, mode: str,
-                    lop_weight: float = 0.5) -> Callable:
-  """One optimisation step: loss, grads, update; returns (state, metrics)."""
+                    lop_weight: float = 0.5, task_loss: Callable | None = None) -> Callable:
+  """One optimisation step: loss, grads, update; returns (state, metrics).
+
+  `task_loss(outputs, batch) -> (loss, aux)` replaces the tagging loss when fine-tuning
+  (e.g. `flaxdoc.train.linking.LinkingTask.loss`).
+  """
   def loss_fn(params, batch, dropout_rng):
     outputs = model.apply({"params": params}, batch, deterministic=False,
                           rngs={"dropout": dropout_rng})
     if mode == "pretrain":
       return objectives.pretraining_loss(outputs, batch, lop_weight=lop_weight)
+    if task_loss is not None:
+      return task_loss(outputs, batch)
     return objectives.tagging_loss(outputs, batch)
 
   def train_step(state: TrainState, batch: dict):

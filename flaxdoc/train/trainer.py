@@ -120,7 +120,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   first = next(train_iter)
   batch_shardings = state_lib.batch_shardings_for(first, mesh)
   train_step = state_lib.jit_train_step(
-      state_lib.make_train_step(model, tx, mode=mode, lop_weight=config.get("lop_weight", 0.5)),
+      state_lib.make_train_step(model, tx, mode=mode, lop_weight=config.get("lop_weight", 0.5),
+                                task_loss=env.linking.loss if env.linking else None),
       mesh, state_shardings, batch_shardings)
   predict = jax.jit(state_lib.make_predict_fn(model),
                     in_shardings=(state_shardings.params, batch_shardings))
@@ -129,6 +130,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     with jax.set_mesh(mesh):
       out = predict(state.params, sharding_lib.replicated_batch_to_global(batch, mesh))
     return np.asarray(multihost_utils.process_allgather(out, tiled=True))
+
+  if env.linking is not None:  # entity linking (config.task): flaxdoc.train.linking
+    from flaxdoc.train import linking  # pylint: disable=import-outside-toplevel
+    link_fn = linking.make_link_fn(model, lambda: state.params, mesh)
 
   writer = metrics_writer.MetricsWriter(workdir)
   total = int(config.total_steps)
@@ -168,10 +173,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         tokens_seen, t_last, steps_since = 0, time.perf_counter(), 0
       eval_metrics = None
       if eval_split is not None and (step % config.eval_every == 0 or step == total):
-        scores, _ = eval_lib.evaluate_split(eval_split, predict_fn, env.feature_config,
-                                            config.eval_batch_size)
+        scores, preds = eval_lib.evaluate_split(eval_split, predict_fn, env.feature_config,
+                                                config.eval_batch_size)
         eval_metrics = {"eval/f1": scores["f1"], "eval/precision": scores["precision"],
                         "eval/recall": scores["recall"]}
+        if env.linking is not None:
+          rel = env.linking.evaluate(eval_split, preds, link_fn, config.eval_batch_size)
+          eval_metrics.update(linking.eval_metrics(rel))
+          log.info("step %d: relation F1 %s", step, linking.summary(rel))
         writer.write(step, eval_metrics)
         last_metrics.update(eval_metrics)
         log.info("step %d: eval F1 %.4f (P %.4f, R %.4f)", step, scores["f1"],

@@ -9,9 +9,9 @@ See `generator.py` for the design (what makes layout necessary) and
 """
 
 from flaxdoc.data.synthetic.generator import (
-    LABELS, SPLIT_STARTS, SyntheticConfig, corpus_text, generate, load_synthetic, make_document,
+    LABELS, LABELS_WITH_KEYS, SPLIT_STARTS, SyntheticConfig, corpus_text, generate, load_synthetic, make_document,
     split_range)
 from flaxdoc.data.synthetic.kinds import KINDS
 
-__all__ = ["KINDS", "LABELS", "SPLIT_STARTS", "SyntheticConfig", "corpus_text", "generate",
+__all__ = ["KINDS", "LABELS", "LABELS_WITH_KEYS", "SPLIT_STARTS", "SyntheticConfig", "corpus_text", "generate",
            "load_synthetic", "make_document", "split_range"]

@@ -61,8 +61,12 @@ def place_lines(c: Canvas, lines: Sequence[Line], x: float, y: float, align: str
         w = c.content_width
       x0 = x - w if align == "right" else (x - w / 2 if align == "center" else x)
       gap = gap_chars * c.char_width(fs)
+      key = None
       for text, label in pieces:
-        _, x1 = c.put(text, x0, y, font_size=fs, label=label)
+        # A labelled piece's key is the unlabelled piece before it on its line ("Total" 9.00).
+        _, x1 = c.put(text, x0, y, font_size=fs, label=label,
+                      key=key if label is not None else None)
+        key = c.last_segment if label is None else None
         x0 = x1 + gap
     y += c.line_height(fs)
   return y
@@ -92,15 +96,16 @@ def kv_group(c: Canvas, pairs: Sequence[tuple[str, str, str | None]], x: float, 
     right = x + (width if width is not None else pair_group_width(c, pairs, "right"))
     for key, value, label in pairs:
       c.put(key, x, y)
+      k = c.last_segment
       if value_align == "right":
-        c.put(value, right, y, label=label, align="right")
+        c.put(value, right, y, label=label, align="right", key=k)
       else:
-        c.put(value, tab, y, label=label)
+        c.put(value, tab, y, label=label, key=k)
       y += lh * (1 + spacing)
   else:
     for key, value, label in pairs:
       c.put(key, x, y)
-      c.put(value, x, y + lh, label=label)
+      c.put(value, x, y + lh, label=label, key=c.last_segment)
       y += lh * (2 + spacing)
   return y
 
@@ -147,7 +152,7 @@ def kv_strip(c: Canvas, pairs: Sequence[tuple[str, str, str | None]], x: float, 
   step = width / len(pairs)
   for i, (key, value, label) in enumerate(pairs):
     c.put(key, x + i * step, y)
-    c.put(value, x + i * step, y + lh, label=label)
+    c.put(value, x + i * step, y + lh, label=label, key=c.last_segment)
   return y + 2 * lh
 
 
@@ -266,6 +271,7 @@ class Table:
     self.font_size = c.font_size
     self.row_spacing = row_spacing
     self.amounts: list[float] = []
+    self.header_segments: dict[str, int] = {}
     self._layout(x, width)
 
   # Widest value a column is expected to show, to size it.
@@ -327,6 +333,8 @@ class Table:
       return
     for col in self.columns:
       c.put(col.header, col.anchor, c.y, font_size=self.font_size, align=col.align)
+      # Cells below link to the latest header of their column (repeated on each page).
+      self.header_segments[col.kind] = c.last_segment
     # The rows stay in the header's block: a table is one region for block shuffling.
     c.y += c.line_height(self.font_size) * 1.3
 
@@ -369,7 +377,8 @@ class Table:
         text = words
       else:
         text = cells[col.kind]
-      c.put(text, col.anchor, y, font_size=fs, label=ITEM_LABELS.get(col.kind), align=col.align)
+      c.put(text, col.anchor, y, font_size=fs, label=ITEM_LABELS.get(col.kind), align=col.align,
+            key=self.header_segments.get(col.kind))
 
 
 def totals_rows(rng: random.Random, style: values.ValueStyle, *, upper: bool = False,

@@ -33,6 +33,9 @@ class Segment:
   page: int
   block: int
   label: str | None
+  # Index (in `Canvas.segments`) of the key this segment is the value of, if any:
+  # the generator's key -> value relations (`SyntheticConfig.link_keys`).
+  key: int | None = None
 
 
 class Canvas:
@@ -92,7 +95,8 @@ class Canvas:
 
   def put(self, text: str | Sequence[str], x: float, y: float | None = None, *,
           font_size: float | None = None, label: str | None = None,
-          align: str = "left", page: int | None = None) -> tuple[float, float]:
+          align: str = "left", page: int | None = None,
+          key: int | None = None) -> tuple[float, float]:
     """Places one segment; returns its `(left, right)` x extent.
 
     Args:
@@ -103,6 +107,7 @@ class Canvas:
       label: the entity label of the whole segment, or None (O).
       align: how `x` anchors the segment.
       page: default the current page (footers are added to earlier pages).
+      key: index of this value's key segment (`last_segment` after placing the key).
     """
     words = text.split() if isinstance(text, str) else list(text)
     if not words:
@@ -127,9 +132,14 @@ class Canvas:
         w = chars * cw
     top = self.y if y is None else y
     page = self.page if page is None else page
-    self.segments.append(Segment(words, x0, top, fs, cw, page, self.block, label))
+    self.segments.append(Segment(words, x0, top, fs, cw, page, self.block, label, key))
     self.num_words += len(words)
     return x0, x0 + w
+
+  @property
+  def last_segment(self) -> int:
+    """Index of the segment placed last (a key, for the value placed next)."""
+    return len(self.segments) - 1
 
   def advance(self, lines: float = 1.0, font_size: float | None = None):
     self.y += lines * self.line_height(font_size)

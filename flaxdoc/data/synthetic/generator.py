@@ -20,7 +20,12 @@ and key strips and side-by-side seller / buyer blocks interleave when read
 line by line.
 
 Labels (`LABELS`) are the values; keys, titles, headers, notes and footers are
-O (no `key` label).
+O (no `key` label). With `SyntheticConfig(link_keys=True)` the generator also
+writes the pairs it knows: every key word group ("Invoice No.", "Date:", "Total",
+a table's column header) that a labelled value belongs to becomes an entity
+labelled `key` (label set `LABELS_WITH_KEYS`), and `Document.relations` holds one
+`(key entity, value entity)` pair per value (table cells link to their column's
+header on the same page).
 """
 
 from __future__ import annotations
@@ -56,6 +61,10 @@ LABELS = (
     "total",
 )
 
+# The label set of documents made with `link_keys=True`.
+KEY_LABEL = "key"
+LABELS_WITH_KEYS = LABELS + (KEY_LABEL,)
+
 # First index of each split: disjoint ranges, independent of the split sizes.
 SPLIT_STARTS = {"train": 0, "dev": 1_000_000_000, "test": 2_000_000_000}
 _SPLIT_ALIASES = {"validation": "dev", "valid": "dev", "val": "dev", "eval": "dev"}
@@ -84,6 +93,8 @@ class SyntheticConfig:
       of each page in random order.
     ocr_noise: per-word probability of an OCR error (substituted or deleted
       character, split or merged word); also scales box jitter. 0 is clean.
+    link_keys: label the keys of labelled values `key` and write the key -> value
+      relations (for entity linking; see the module docstring).
   """
   kinds: tuple[str, ...] = KINDS
   min_pages: int = 1
@@ -96,6 +107,7 @@ class SyntheticConfig:
   interleave_columns: float = 0.5
   shuffle_blocks: float = 0.2
   ocr_noise: float = 0.0
+  link_keys: bool = False
 
   def __post_init__(self):
     # A string is a comma-separated list (as a command-line override gives it).
@@ -118,6 +130,8 @@ class SyntheticConfig:
                        f"{self.min_items}, {self.max_items}")
     if self.target_words < 0:
       raise ValueError(f"SyntheticConfig.target_words must be >= 0, got {self.target_words}")
+    if not isinstance(self.link_keys, bool):
+      raise ValueError(f"SyntheticConfig.link_keys must be a bool, got {self.link_keys!r}")
     for name in ("value_below", "shuffle_columns", "interleave_columns", "shuffle_blocks",
                  "ocr_noise"):
       v = getattr(self, name)
@@ -177,6 +191,10 @@ def make_document(seed: int, index: int, config: SyntheticConfig = SyntheticConf
   entities: list[Entity] = []
   rate = config.ocr_noise
   segments = canvas.segments
+  # Keys (segment indices) that a labelled value links to, when writing relations.
+  linked_keys = ({s.key for s in segments if s.label is not None and s.key is not None}
+                 if config.link_keys else set())
+  entity_of_segment: dict[int, int] = {}
   for new_id, i in enumerate(order):
     seg = segments[i]
     seg_words, seg_boxes = seg.words, canvas.word_boxes(seg)
@@ -190,14 +208,19 @@ def make_document(seed: int, index: int, config: SyntheticConfig = SyntheticConf
     boxes.extend(seg_boxes)
     pages.extend([seg.page] * len(seg_words))
     segment_ids.extend([new_id] * len(seg_words))
-    if seg.label is not None:
-      entities.append(Entity(seg.label, tuple(range(start, len(words)))))
+    label = seg.label if seg.label is not None else (KEY_LABEL if i in linked_keys else None)
+    if label is not None and len(words) > start:
+      entity_of_segment[i] = len(entities)
+      entities.append(Entity(label, tuple(range(start, len(words)))))
+  relations = [(entity_of_segment[s.key], entity_of_segment[i]) for i, s in enumerate(segments)
+               if config.link_keys and s.label is not None and s.key is not None
+               and s.key in entity_of_segment and i in entity_of_segment]
   page_sizes = [(canvas.width, h) for h in canvas.page_heights]
   return Document.create(
       f"synthetic-{seed}-{index}", words, np.asarray(boxes, np.float64).reshape(-1, 4),
       pages=np.asarray(pages, np.int32), page_sizes=page_sizes,
-      segments=np.asarray(segment_ids, np.int32), entities=entities, label_set=LABELS,
-      source="synthetic")
+      segments=np.asarray(segment_ids, np.int32), entities=entities, relations=relations,
+      label_set=LABELS_WITH_KEYS if config.link_keys else LABELS, source="synthetic")
 
 
 def generate(num_docs: int, seed: int = 0, config: SyntheticConfig = SyntheticConfig(),

@@ -335,12 +335,13 @@ def _field_grid(c: Canvas, rng: random.Random, s: values.ValueStyle,
       x = c.left + j * step
       c.new_block()
       c.put(s.key(key), x, y)
+      key_segment = c.last_segment
       if arrangement == "right":
         vx, vy = x + c.text_width(s.key(key).split()) + gap, y
       else:
         vx, vy = x, y + lh
       for line in lines:
-        c.put(line, vx, vy, label=label)
+        c.put(line, vx, vy, label=label, key=key_segment)
         vy += lh
       bottom = max(bottom, vy)
     y = bottom + 0.4 * lh

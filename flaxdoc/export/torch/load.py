@@ -39,7 +39,8 @@ def build_torch_model(export_config: Mapping[str, Any],
   model = TorchDocumentEncoder(spec, vocab_size=int(export_config["vocab_size"]),
                                num_tags=int(export_config["num_tags"]),
                                max_len=int(export_config["max_len"]),
-                               edge_features=edge_features)
+                               edge_features=edge_features,
+                               linking=export_config.get("linking"))
   load_tensors_into(model, tensors)
   return model.eval()
 

@@ -27,6 +27,7 @@ from torch import nn
 
 from flaxdoc.export.torch import geometry as geo
 from flaxdoc.export.torch import layers as L
+from flaxdoc.export.torch.linking import TorchLinkingHead
 
 # Keys `forward` reads: required, then optional (defaults as in the Flax model).
 BATCH_KEYS = ("input_ids", "attention_mask")
@@ -45,7 +46,7 @@ class TorchDocumentEncoder(nn.Module):
   """
 
   def __init__(self, spec: Mapping, vocab_size: int, num_tags: int, max_len: int,
-               edge_features: int = DEFAULT_EDGE_FEATURES):
+               edge_features: int = DEFAULT_EDGE_FEATURES, linking: Mapping | None = None):
     super().__init__()
     s = dict(spec)
     self.spec = s
@@ -84,6 +85,8 @@ class TorchDocumentEncoder(nn.Module):
                                    s["layer_norm_epsilon"], terms))
     self.encoder = L.Encoder(layers, shared)
     self.tagging_head = L.TaggingHead(e, num_tags, s.get("tagging_hidden", False))
+    # Entity linking (`config.json["linking"]`, a `LinkingSpec`): link logits too.
+    self.linking_head = TorchLinkingHead(e, **linking) if linking else None
 
   def _attention(self, s: Mapping, e: int, h: int) -> nn.Module:
     kind = s["attention"]
@@ -118,8 +121,12 @@ class TorchDocumentEncoder(nn.Module):
         distance_buckets_count=int(s["polar_distance_buckets"]) if s.get("polar") else None,
         distance_pool=s.get("polar_distance_pool", "document"))
 
-  def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """Tag logits `float32 [B, L, T]` for a featurised batch (see `BATCH_KEYS`)."""
+  def forward(self, batch: Mapping[str, torch.Tensor]):
+    """Tag logits `float32 [B, L, T]` for a featurised batch (see `BATCH_KEYS`).
+
+    A model exported with a linking head, given a batch with the `link_*` arrays,
+    returns `(tag_logits, link_logits [B, V, C + 1])`.
+    """
     for key in BATCH_KEYS:
       if key not in batch:
         raise KeyError(f"batch lacks {key!r}; pass the featuriser's arrays as tensors")
@@ -160,4 +167,6 @@ class TorchDocumentEncoder(nn.Module):
                                           device=v.device), v], dim=1)
                 for n, v in geom.items()}
     x = self.encoder(x, enc_mask, geom)[:, g:]  # [B, L, E]
+    if self.linking_head is not None and "link_first" in batch:
+      return self.tagging_head(x), self.linking_head(x, batch)
     return self.tagging_head(x)

@@ -1,0 +1,230 @@
+"""Entity-linking inputs: a document's entities and key -> value relations as padded arrays.
+
+The linking head (`flaxdoc.nn.linking.LinkingHead`) scores, in each model window, every
+*candidate* (key, value) pair of the entities the window holds. This module decides
+which pairs are candidates and builds the index arrays the head gathers with.
+
+Candidate rule (LayoutXLM's relation extraction, `config.linking.pairs`): a table of
+`key_label:value_label` entries, e.g. `"question:answer"` (FUNSD) or `"key:*"` (the
+synthetic dataset's key words to any value label; `*` is every label but the key's).
+Gold relations are oriented by this table: FUNSD lists a link once on each of its
+entities in either order, so `(answer, question)` becomes `question -> answer`;
+relations the table does not allow (FUNSD's header -> question) are not linking
+targets.
+
+Per window (all padded to fixed sizes, `LinkShapes`):
+
+| key | shape | meaning |
+|---|---|---|
+| `link_first` | int32 `[E]` | window position of the entity's first token |
+| `link_token_entity` | int32 `[L]` | window entity of each token, -1 outside entities |
+| `link_label` | int32 `[E]` | label index of the entity |
+| `link_box` | float32 `[E, 4]` | entity box, 0..1000 per axis, pages stacked (`y + 1000 p`) |
+| `link_entity_id` | int32 `[E]` | the entity's index in the document's entity list (-1: pad) |
+| `link_value` | int32 `[V]` | window entity of each value slot |
+| `link_candidates` | int32 `[V, C]` | window entities that may be the value's key, nearest first |
+| `link_candidate_mask` | bool `[V, C]` | real candidates |
+| `link_target` | int32 `[V]` | index of the gold key in the candidates, `C` for "no key", -1: not trained |
+
+A value whose gold key is not among its candidates (outside the window, or beyond
+`max_candidates`) gets target -1: it is neither a positive nor a "no key" example.
+Entities come from the gold spans in training and evaluation "with gold entities",
+and from the Viterbi-decoded spans end to end (then there is no target).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from flaxdoc.data.document import Document
+
+# The datasets' own candidate rules; other datasets must set `config.linking.pairs`.
+DEFAULT_PAIRS = {"funsd": "question:answer", "synthetic": "key:*"}
+
+LINK_KEYS = ("link_first", "link_token_entity", "link_label", "link_box", "link_entity_id",
+             "link_value", "link_candidates", "link_candidate_mask", "link_target")
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkShapes:
+  """Padded sizes per window: entities, value slots, candidates per value."""
+  max_entities: int = 96
+  max_values: int = 64
+  max_candidates: int = 32
+
+
+def parse_pairs(pairs: str | Sequence[str], labels: Sequence[str]) -> np.ndarray:
+  """`"question:answer,key:*"` -> `bool [num_labels, num_labels]`, `[key, value]` allowed.
+
+  Raises:
+    ValueError: a malformed entry or a label outside `labels` (named).
+  """
+  labels = list(labels)
+  entries = pairs.split(",") if isinstance(pairs, str) else list(pairs)
+  allowed = np.zeros((len(labels), len(labels)), bool)
+  for entry in entries:
+    entry = entry.strip()
+    if not entry:
+      continue
+    if entry.count(":") != 1:
+      raise ValueError(f"config.linking.pairs entry {entry!r} must be 'key_label:value_label'")
+    key, value = (x.strip() for x in entry.split(":"))
+    for name in (key, value):
+      if name != "*" and name not in labels:
+        raise ValueError(f"config.linking.pairs entry {entry!r}: unknown label {name!r} "
+                         f"(labels: {labels})")
+    keys = range(len(labels)) if key == "*" else [labels.index(key)]
+    for k in keys:
+      values = [v for v in range(len(labels)) if v != k] if value == "*" else [labels.index(value)]
+      allowed[k, values] = True
+  if not allowed.any():
+    raise ValueError(f"config.linking.pairs={pairs!r} allows no (key, value) label pair")
+  return allowed
+
+
+def oriented_relations(doc: Document, allowed: np.ndarray, label_index: dict[str, int]
+                       ) -> list[tuple[int, int]]:
+  """The document's relations as `(key entity, value entity)` pairs the table allows."""
+  ents = doc.entities or ()
+  out = []
+  for a, b in doc.relations:
+    la, lb = label_index.get(ents[a].label), label_index.get(ents[b].label)
+    if la is None or lb is None:
+      continue
+    if allowed[la, lb]:
+      pair = (a, b)
+    elif allowed[lb, la]:
+      pair = (b, a)
+    else:
+      continue
+    if pair not in out:
+      out.append(pair)
+  return out
+
+
+def entity_boxes(doc: Document, entities: Sequence) -> np.ndarray:
+  """`float32 [E, 4]` union boxes in 0..1000 units, pages stacked (`y + 1000 * page`)."""
+  nb = doc.normalized_boxes().astype(np.float32)
+  out = np.zeros((len(entities), 4), np.float32)
+  for i, e in enumerate(entities):
+    words = list(e.words)
+    page = int(doc.pages[words[0]])
+    b = nb[words]
+    out[i] = [b[:, 0].min(), b[:, 1].min(), b[:, 2].max(), b[:, 3].max()]
+    out[i, [1, 3]] += 1000.0 * page
+  return out
+
+
+def window_link_arrays(doc: Document, window: dict, entities: Sequence, relations,
+                       allowed: np.ndarray, label_index: dict[str, int],
+                       shapes: LinkShapes, boxes: np.ndarray | None = None,
+                       stats: dict | None = None) -> dict[str, np.ndarray]:
+  """The `link_*` arrays of one window (see the module table).
+
+  Args:
+    doc: the window's document.
+    window: a `flaxdoc.data.features.featurize` window (reads `word_ids`).
+    entities: the document's entities (`Entity` or `PredictedEntity`: `.label`, `.words`).
+    relations: oriented `(key, value)` entity pairs (targets), or None (no targets).
+    allowed: `parse_pairs` table; label_index: label -> row of `allowed`.
+    boxes: `entity_boxes(doc, entities)` (computed when None).
+    stats: counters of what the padding sizes cut (updated in place).
+  """
+  E, V, C = shapes.max_entities, shapes.max_values, shapes.max_candidates
+  word_ids = np.asarray(window["word_ids"])
+  L = word_ids.shape[0]
+  if boxes is None:
+    boxes = entity_boxes(doc, entities)
+  word_entity = np.full(len(doc), -1, np.int64)
+  for i, e in enumerate(entities):
+    word_entity[list(e.words)] = i
+  tok_doc_entity = np.where(word_ids >= 0, word_entity[np.maximum(word_ids, 0)], -1)  # [L]
+  present, first_pos = np.unique(tok_doc_entity, return_index=True)
+  keep = present >= 0
+  present, first_pos = present[keep], first_pos[keep]
+  order = np.argsort(first_pos, kind="stable")
+  present, first_pos = present[order], first_pos[order]
+  if len(present) > E and stats is not None:
+    stats["entities_cut"] = stats.get("entities_cut", 0) + len(present) - E
+  present, first_pos = present[:E], first_pos[:E]
+  local = {int(d): i for i, d in enumerate(present)}
+
+  out = empty_link_arrays(L, shapes)
+  n = len(present)
+  out["link_first"][:n] = first_pos
+  out["link_entity_id"][:n] = present
+  out["link_box"][:n] = boxes[present] if n else 0
+  labels = np.asarray([label_index.get(entities[d].label, -1) for d in present], np.int64)
+  out["link_label"][:n] = np.maximum(labels, 0)
+  for pos in np.flatnonzero(tok_doc_entity >= 0):
+    i = local.get(int(tok_doc_entity[pos]))
+    if i is not None:
+      out["link_token_entity"][pos] = i
+
+  gold_keys: dict[int, list[int]] = {}
+  for k, v in relations or ():
+    gold_keys.setdefault(v, []).append(k)
+  centres = 0.5 * (out["link_box"][:, :2] + out["link_box"][:, 2:])  # [E, 2]
+  slot = 0
+  for i in range(n):
+    li = labels[i]
+    if li < 0 or not allowed[:, li].any():
+      continue
+    if slot == V:
+      if stats is not None:
+        stats["values_cut"] = stats.get("values_cut", 0) + 1
+      continue
+    cands = [j for j in range(n) if j != i and labels[j] >= 0 and allowed[labels[j], li]]
+    dist = [float(np.hypot(*(centres[j] - centres[i]))) for j in cands]
+    cands = [cands[k] for k in np.argsort(dist, kind="stable")]
+    if len(cands) > C and stats is not None:
+      stats["candidates_cut"] = stats.get("candidates_cut", 0) + len(cands) - C
+    cands = cands[:C]
+    out["link_value"][slot] = i
+    out["link_candidates"][slot, :len(cands)] = cands
+    out["link_candidate_mask"][slot, :len(cands)] = True
+    if relations is not None:
+      gold = {local[k] for k in gold_keys.get(int(present[i]), ()) if k in local}
+      hits = [c for c, j in enumerate(cands) if j in gold]
+      if hits:
+        out["link_target"][slot] = hits[0]
+      elif int(present[i]) not in gold_keys:
+        out["link_target"][slot] = C  # no key
+    slot += 1
+  return out
+
+
+def empty_link_arrays(length: int, shapes: LinkShapes) -> dict[str, np.ndarray]:
+  """All-padding `link_*` arrays for a window of `length` tokens (no entities)."""
+  E, V, C = shapes.max_entities, shapes.max_values, shapes.max_candidates
+  return {
+      "link_first": np.zeros(E, np.int32), "link_token_entity": np.full(length, -1, np.int32),
+      "link_label": np.zeros(E, np.int32), "link_box": np.zeros((E, 4), np.float32),
+      "link_entity_id": np.full(E, -1, np.int32), "link_value": np.zeros(V, np.int32),
+      "link_candidates": np.zeros((V, C), np.int32),
+      "link_candidate_mask": np.zeros((V, C), bool), "link_target": np.full(V, -1, np.int32),
+  }
+
+
+def add_link_arrays(documents: Sequence[Document], windows: list[dict], window_doc: np.ndarray,
+                    entities_of: Sequence[Sequence], relations_of: Sequence | None,
+                    allowed: np.ndarray, labels: Sequence[str], shapes: LinkShapes) -> dict:
+  """Adds the `link_*` arrays to every window in place; returns what the sizes cut.
+
+  Args:
+    entities_of: per document, the entities to link (gold or predicted).
+    relations_of: per document, oriented gold relations, or None (no targets).
+  """
+  label_index = {l: i for i, l in enumerate(labels)}
+  stats: dict = {}
+  boxes = [entity_boxes(d, ents) if ents else np.zeros((0, 4), np.float32)
+           for d, ents in zip(documents, entities_of)]
+  for w, d in zip(windows, np.asarray(window_doc)):
+    d = int(d)
+    w.update(window_link_arrays(
+        documents[d], w, entities_of[d], None if relations_of is None else relations_of[d],
+        allowed, label_index, shapes, boxes[d], stats))
+  return stats

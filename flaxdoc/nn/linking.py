@@ -1,0 +1,206 @@
+"""Entity linking head: which key entity (if any) each value entity belongs to.
+
+On top of any encoder's token states `[B, L, H]` (dense, ETC, Linformer, cosFormer,
+with or without GCN), for the entities of a window (gold spans when training,
+Viterbi-decoded spans when predicting; `flaxdoc.data.linking` builds the arrays):
+
+* entity representation `r_e = pool(tokens of e) + label_embedding[label_e]`, where
+  pool is the entity's first token or the mean of its tokens (`pooling`);
+* separate feed-forward maps for the two roles (LayoutXLM's RE head):
+  key `h_k = FFN_key(r_k)`, value `t_v = FFN_value(r_v)`, both `dim` wide;
+* a biaffine score for each *candidate* pair only (the key labels a value's label
+  may link from, `config.linking.pairs`):
+  `s(k, v) = t_v^T W h_k + u . h_k (+ g(box_k, box_v))`,
+  where the optional `g` embeds the relative geometry of the two entity boxes
+  (centre and edge offsets, an MLP to one score): a question's answer is nearly
+  always right of or below it, and the pair's geometry says so directly;
+* a learned "no key" score `s_none(v) = z . t_v + c` for values without a key.
+
+Candidates are given as index arrays (`candidates [B, V, C]` entity indices per value
+slot), gathered, and scored: cost `O(V * C * dim)`, linear in the candidate pairs,
+never a `[tokens, tokens]` (nor an `[entities, entities]`) tensor. The output is
+`[B, V, C + 1]` logits, the last column "no key"; masked candidates are `-1e9`, so a
+softmax over the last axis is the distribution of a value over its keys and none
+(the training loss is its cross-entropy, `flaxdoc.train.linking`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+from flax import linen as nn
+
+Array = jax.Array
+Dtype = Any
+
+POOLINGS = ("first", "mean")
+NEG_INF = -1e9
+# Geometry features of a (key, value) pair, `pair_geometry`.
+NUM_PAIR_FEATURES = 6
+
+
+def pair_geometry(key_boxes: Array, value_boxes: Array) -> Array:
+  """Relative geometry of pairs: `key_boxes [..., 4]`, `value_boxes [..., 4]` -> `[..., 6]`.
+
+  Boxes are `[x0, y0, x1, y1]` in document units (0..1000 per page axis, pages stacked
+  vertically). Features, divided by 1000: centre offsets (value - key) in x and y, the
+  gap from the key's right edge to the value's left edge, from the key's bottom edge
+  to the value's top edge, and the offsets of the left and top edges.
+  """
+  kc = 0.5 * (key_boxes[..., :2] + key_boxes[..., 2:])
+  vc = 0.5 * (value_boxes[..., :2] + value_boxes[..., 2:])
+  feats = jnp.stack([
+      vc[..., 0] - kc[..., 0], vc[..., 1] - kc[..., 1],
+      value_boxes[..., 0] - key_boxes[..., 2], value_boxes[..., 1] - key_boxes[..., 3],
+      value_boxes[..., 0] - key_boxes[..., 0], value_boxes[..., 1] - key_boxes[..., 1],
+  ], axis=-1)
+  return feats / 1000.0
+
+
+def pool_entities(hidden: Array, first: Array, token_entity: Array, num_entities: int,
+                  pooling: str) -> Array:
+  """Entity vectors `[B, E, H]` from token states `hidden [B, L, H]`.
+
+  Args:
+    first: `[B, E]` window position of each entity's first token (pad: any valid index).
+    token_entity: `[B, L]` entity index of each token, -1 for tokens outside entities.
+    num_entities: `E`.
+    pooling: "first" (the first token's state) or "mean" (of the entity's tokens).
+  """
+  if pooling == "first":
+    return jnp.take_along_axis(hidden, first[..., None].astype(jnp.int32), axis=1)
+  if pooling != "mean":
+    raise ValueError(f"linking pooling must be one of {POOLINGS}, got {pooling!r}")
+  b, l, h = hidden.shape
+  # One segment sum over the flattened batch: entity e of row i is segment i * E + e;
+  # tokens of no entity go to an extra segment that is dropped. Cost O(B * L * H).
+  ids = jnp.where(token_entity >= 0, token_entity + jnp.arange(b)[:, None] * num_entities,
+                  b * num_entities).reshape(-1)
+  sums = jax.ops.segment_sum(hidden.reshape(b * l, h).astype(jnp.float32), ids,
+                             num_segments=b * num_entities + 1)[:-1]
+  counts = jax.ops.segment_sum(jnp.ones((b * l,), jnp.float32), ids,
+                               num_segments=b * num_entities + 1)[:-1]
+  means = sums / jnp.maximum(counts, 1.0)[:, None]
+  return means.reshape(b, num_entities, h).astype(hidden.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class LinkingSpec:
+  """What `DocumentEncoder(linking=...)` builds its `LinkingHead` from (hashable)."""
+  num_labels: int
+  dim: int = 128
+  pooling: str = "first"
+  geometry: bool = False
+
+  def __post_init__(self):
+    if self.pooling not in POOLINGS:
+      raise ValueError(f"config.linking.pooling must be one of {POOLINGS}, got {self.pooling!r}")
+    if self.num_labels < 1 or self.dim < 1:
+      raise ValueError(f"linking needs num_labels >= 1 and dim >= 1, got {self}")
+
+
+class _RoleFFN(nn.Module):
+  """Dense -> GELU -> dropout -> dense: one role's (key or value) projection."""
+  dim: int
+  dropout_rate: float
+  initializer_range: float
+  dtype: Dtype
+  param_dtype: Dtype
+
+  @nn.compact
+  def __call__(self, x: Array, deterministic: bool) -> Array:
+    init = nn.with_logical_partitioning(nn.initializers.normal(self.initializer_range),
+                                        ("embed", None))
+    x = nn.Dense(self.dim, dtype=self.dtype, param_dtype=self.param_dtype, kernel_init=init,
+                 name="dense_in")(x)
+    x = nn.gelu(x, approximate=False)
+    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    init2 = nn.with_logical_partitioning(nn.initializers.normal(self.initializer_range),
+                                         (None, None))
+    return nn.Dense(self.dim, dtype=self.dtype, param_dtype=self.param_dtype, kernel_init=init2,
+                    name="dense_out")(x)
+
+
+class LinkingHead(nn.Module):
+  """Biaffine key -> value scorer over candidate pairs (see the module docstring).
+
+  Attributes:
+    num_labels: entity labels (rows of the label embedding).
+    dim: width of the key / value projections.
+    pooling: "first" or "mean".
+    geometry: add the pair-geometry score `g(box_k, box_v)`.
+    geometry_hidden: width of the geometry MLP.
+  """
+  num_labels: int
+  dim: int = 128
+  pooling: str = "first"
+  geometry: bool = False
+  geometry_hidden: int = 32
+  dropout_rate: float = 0.1
+  initializer_range: float = 0.02
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, hidden: Array, link: Mapping[str, Array], deterministic: bool = True
+               ) -> Array:
+    """`hidden [B, L, H]` + the `link_*` arrays -> logits `float32 [B, V, C + 1]`.
+
+    `link` keys (from `flaxdoc.data.linking`): `link_first [B, E]`,
+    `link_token_entity [B, L]`, `link_label [B, E]`, `link_box [B, E, 4]`,
+    `link_value [B, V]`, `link_candidates [B, V, C]`, `link_candidate_mask [B, V, C]`.
+    """
+    first = jnp.asarray(link["link_first"], jnp.int32)
+    num_entities = first.shape[1]
+    pooled = pool_entities(hidden, first, jnp.asarray(link["link_token_entity"], jnp.int32),
+                           num_entities, self.pooling)  # [B, E, H]
+    labels = jnp.clip(jnp.asarray(link["link_label"], jnp.int32), 0, self.num_labels - 1)
+    width = hidden.shape[-1]
+    init = nn.initializers.normal(self.initializer_range)
+    label_table = self.param("label_embedding",
+                             nn.with_logical_partitioning(init, (None, "embed")),
+                             (self.num_labels, width), self.param_dtype)  # [num_labels, H]
+    reps = pooled + jnp.asarray(label_table, self.dtype)[labels]  # [B, E, H]
+    reps = nn.Dropout(self.dropout_rate)(reps, deterministic=deterministic)
+    kw = dict(dim=self.dim, dropout_rate=self.dropout_rate,
+              initializer_range=self.initializer_range, dtype=self.dtype,
+              param_dtype=self.param_dtype)
+    keys = _RoleFFN(name="key_ffn", **kw)(reps, deterministic)  # [B, E, D]
+    values = _RoleFFN(name="value_ffn", **kw)(reps, deterministic)  # [B, E, D]
+
+    value_idx = jnp.asarray(link["link_value"], jnp.int32)  # [B, V]
+    cand = jnp.asarray(link["link_candidates"], jnp.int32)  # [B, V, C]
+    b, v, c = cand.shape
+    t = jnp.take_along_axis(values, value_idx[..., None], axis=1)  # [B, V, D]
+    h = jnp.take_along_axis(keys, cand.reshape(b, v * c)[..., None],
+                            axis=1).reshape(b, v, c, self.dim)  # [B, V, C, D]
+    bilinear = self.param("bilinear", nn.with_logical_partitioning(init, (None, None)),
+                          (self.dim, self.dim), self.param_dtype)  # [D, D]
+    key_bias = self.param("key_bias", nn.with_logical_partitioning(init, (None,)),
+                          (self.dim,), self.param_dtype)  # [D]
+    tw = jnp.einsum("bvd,de->bve", t, jnp.asarray(bilinear, self.dtype))  # [B, V, D]
+    scores = (jnp.einsum("bve,bvce->bvc", tw, h) +
+              jnp.einsum("bvce,e->bvc", h, jnp.asarray(key_bias, self.dtype)))  # [B, V, C]
+    scores = scores.astype(jnp.float32)
+    if self.geometry:
+      boxes = jnp.asarray(link["link_box"], jnp.float32)  # [B, E, 4]
+      key_boxes = jnp.take_along_axis(boxes, cand.reshape(b, v * c)[..., None],
+                                      axis=1).reshape(b, v, c, 4)
+      value_boxes = jnp.take_along_axis(boxes, value_idx[..., None], axis=1)  # [B, V, 4]
+      feats = pair_geometry(key_boxes, value_boxes[:, :, None, :])  # [B, V, C, 6]
+      g = nn.Dense(self.geometry_hidden, param_dtype=self.param_dtype, name="geometry_in",
+                   kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
+                                                            (None, None)))(feats)
+      g = nn.Dense(1, param_dtype=self.param_dtype, name="geometry_out",
+                   kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
+                                                            (None, None)))(nn.gelu(g))
+      scores = scores + g[..., 0]
+    none = nn.Dense(1, dtype=self.dtype, param_dtype=self.param_dtype, name="no_key",
+                    kernel_init=nn.with_logical_partitioning(init, (None, None)))(t)  # [B, V, 1]
+    mask = jnp.asarray(link["link_candidate_mask"], bool)
+    scores = jnp.where(mask, scores, NEG_INF)
+    return jnp.concatenate([scores, none.astype(jnp.float32)], axis=-1)  # [B, V, C + 1]
+

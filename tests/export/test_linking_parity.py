@@ -1,0 +1,68 @@
+"""Exported models with a linking head: torch link logits equal Flax's (float32, 1e-4)."""
+
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import export_helpers as H  # noqa: E402
+
+from flaxdoc import models  # noqa: E402
+from flaxdoc.data.features import FeatureConfig, batch_features, featurize  # noqa: E402
+from flaxdoc.data.linking import LinkShapes, add_link_arrays, oriented_relations, parse_pairs  # noqa: E402
+from flaxdoc.data.synthetic import LABELS_WITH_KEYS, SyntheticConfig, make_document  # noqa: E402
+from flaxdoc.export import exporter  # noqa: E402
+from flaxdoc.export import weights as weights_lib  # noqa: E402
+from flaxdoc.export.torch import build_torch_model  # noqa: E402
+from flaxdoc.nn.linking import LinkingSpec  # noqa: E402
+
+MAX_LEN = 64
+
+
+def _batch(graph: bool) -> dict:
+  fc = FeatureConfig(max_len=MAX_LEN, scheme="BIOES", labels=LABELS_WITH_KEYS, graph=graph)
+  docs = [make_document(0, i, SyntheticConfig(link_keys=True)) for i in range(2)]
+  windows = [featurize(d, H.ChunkTokenizer(), fc)[0] for d in docs]
+  allowed = parse_pairs("key:*", LABELS_WITH_KEYS)
+  index = {l: i for i, l in enumerate(LABELS_WITH_KEYS)}
+  add_link_arrays(docs, windows, np.arange(2), [d.entities for d in docs],
+                  [oriented_relations(d, allowed, index) for d in docs], allowed,
+                  LABELS_WITH_KEYS, LinkShapes(24, 12, 6))
+  batch = batch_features([{k: v for k, v in w.items() if k not in H.KEEP} for w in windows])
+  assert batch["link_candidate_mask"].any(axis=-1).sum() >= 4
+  return batch
+
+
+@pytest.mark.parametrize("name,variant,pooling,geometry", [
+    ("layoutlm", "base", "mean", True),
+    ("formnet", "A2", "first", False),
+])
+def test_link_logits_match_flax(name, variant, pooling, geometry):
+  batch = _batch(graph=name == "formnet")
+  config = models.get_model_config(name, variant, local=True)
+  model = models.build_model(config, vocab_size=H.VOCAB, num_tags=4 * len(LABELS_WITH_KEYS) + 1,
+                             max_len=MAX_LEN, pretraining=False)
+  model = model.clone(linking=LinkingSpec(num_labels=len(LABELS_WITH_KEYS), dim=16,
+                                          pooling=pooling, geometry=geometry))
+  params = models.random_parameters(model, batch, seed=3)
+  assert "linking_head" in params
+  out = jax.jit(model.apply)({"params": params}, batch)
+  cfg = exporter.export_config(model)
+  assert cfg["linking"]["pooling"] == pooling
+  tmodel = build_torch_model(cfg, weights_lib.export_tensors(params))
+  with torch.no_grad():
+    tags, links = tmodel(H.torch_batch(batch))
+    tags_only = tmodel(H.torch_batch({k: v for k, v in batch.items()
+                                      if not k.startswith("link_")}))
+  np.testing.assert_allclose(tags.numpy(), np.asarray(out["tag_logits"]), atol=1e-4, rtol=0)
+  np.testing.assert_allclose(tags_only.numpy(), tags.numpy(), atol=0, rtol=0)
+  want = np.asarray(out["link_logits"])
+  real = batch["link_candidate_mask"]
+  np.testing.assert_allclose(links.numpy()[..., :-1][real], want[..., :-1][real], atol=1e-4,
+                             rtol=0)
+  np.testing.assert_allclose(links.numpy()[..., -1], want[..., -1], atol=1e-4, rtol=0)
+  assert (links.numpy()[..., :-1][~real] == -1e9).all()

@@ -1,0 +1,153 @@
+"""The linking task: one train step per task, the eval / predict plumbing, clear errors."""
+
+import json
+import os
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from flaxdoc import decode
+from flaxdoc.data.synthetic import SyntheticConfig, make_document
+from flaxdoc.train import linking, optimizer, setup, state as state_lib
+from flaxdoc.train.input_pipeline import eval_batches
+
+sys.path.insert(0, os.path.dirname(__file__))
+from tiny import load_config, tiny_config  # pylint: disable=import-error,wrong-import-position
+
+
+def _config(task, link_keys=True, **overrides):
+  config = tiny_config(arg=f"local,task={task}", **overrides)
+  config.data.dataset_options = {"num_train": 6, "num_dev": 3, "link_keys": link_keys}
+  return config
+
+
+def test_config_task_and_linking_defaults():
+  config = load_config(arg="local,task=tagging+linking")
+  assert config.task == "tagging+linking" and config.data.dataset_options.link_keys
+  assert config.linking.pooling == "first" and config.linking.weight == 1.0
+  assert tiny_config().task == "tagging"
+  with pytest.raises(ValueError, match="config.task must be one of"):
+    linking.task_of(tiny_config(arg="local,task=kv"))
+
+
+@pytest.mark.parametrize("task", ["tagging", "linking", "tagging+linking"])
+def test_one_train_step(task):
+  # No warm-up: the first step must move the parameters.
+  config = _config(task, link_keys=task != "tagging",
+                   **{"data.max_len": 128, "optim.warmup_steps": 0})
+  env = setup.Experiment.create(config)
+  assert (env.linking is None) == (task == "tagging")
+  split = env.featurized("train")
+  batch, _ = next(eval_batches(split, 4))
+  oc = config.optim.to_dict()
+  oc["total_steps"] = 10
+  import ml_collections  # pylint: disable=import-outside-toplevel
+  tx, _ = optimizer.make_optimizer(ml_collections.ConfigDict(oc))
+  init = state_lib.make_init_fn(env.model, tx, env.example_batch(1))
+  state = jax.jit(lambda r: jax.tree.map(lambda x: getattr(x, "value", x), init(r),
+                                         is_leaf=lambda x: hasattr(x, "value")))(
+                                             jax.random.PRNGKey(0))
+  assert ("linking_head" in state.params) == (task != "tagging")
+  step = jax.jit(state_lib.make_train_step(
+      env.model, tx, mode="train", task_loss=env.linking.loss if env.linking else None))
+  new, metrics = step(state, batch)
+  assert np.isfinite(float(metrics["train/loss"]))
+  if task != "tagging":
+    assert float(metrics["train/link_values"]) > 0
+    assert float(metrics["train/link_loss"]) > 0
+    moved = jax.tree.map(lambda a, b: float(np.abs(np.asarray(a) - np.asarray(b)).max()),
+                         state.params["linking_head"], new.params["linking_head"])
+    assert max(jax.tree.leaves(moved)) > 0
+  assert ("train/tag_loss" in metrics) == (task != "linking")
+
+
+def test_linking_without_relations_names_dataset_and_split():
+  with pytest.raises(ValueError, match=r"dataset 'synthetic'.*link_keys=True"):
+    setup.Experiment.create(_config("tagging+linking", link_keys=False))
+  # Labels that exist but were never linked: the split has no relations.
+  config = _config("tagging+linking", link_keys=False)
+  config.linking.pairs = "seller:buyer"
+  env = setup.Experiment.create(config)
+  with pytest.raises(ValueError, match=r"dataset 'synthetic' split 'train' has none.*link_keys"):
+    env.featurized("train")
+
+
+def _oracle_link_fn(windows):
+  """Logits that put each value on its gold target (or, untrained slots, on "no key")."""
+  rows = iter(range(len(windows)))
+
+  def link_fn(batch):
+    target = batch["link_target"]  # [B, V]
+    B, V, C = batch["link_candidates"].shape
+    logits = np.zeros((B, V, C + 1))
+    tgt = np.where(target >= 0, target, C)
+    np.put_along_axis(logits, tgt[..., None], 5.0, axis=-1)
+    next(rows, None)
+    return logits
+  return link_fn
+
+
+def test_evaluate_with_oracle_links_scores_one():
+  config = _config("tagging+linking", **{"data.max_len": 512})
+  env = setup.Experiment.create(config)
+  split = env.featurized("dev")
+  gold_preds = [type("P", (), {"entities": [decode._make_entity(d, e.label, e.words, None)
+                                            for e in d.entities]})()
+                for d in split.documents]
+  # Gold entities: links read from the gold targets are exactly the gold relations.
+  scores = env.linking.evaluate(split, None, _oracle_link_fn(split.windows), 4)
+  assert scores["rel_f1_gold"] == 1.0
+  assert scores["rel_num_gold_gold"] == sum(len(r) for r in env.linking.gold_relations(
+      split.documents))
+  # End to end with predicted (= gold) entities there are no targets: all "no key", F1 0.
+  scores = env.linking.evaluate(split, gold_preds, _oracle_link_fn(split.windows), 4)
+  assert scores["rel_num_pred"] == 0 and scores["rel_recall"] == 0.0
+
+
+def test_link_pairs_keeps_the_most_confident_window():
+  doc = make_document(0, 2, SyntheticConfig(link_keys=True))
+  config = _config("tagging+linking", **{"data.max_len": 64})
+  env = setup.Experiment.create(config)
+  from flaxdoc.train.input_pipeline import featurize_split  # pylint: disable=import-outside-toplevel
+  split = featurize_split([doc], env.tokenizer, env.feature_config)
+  env.linking.add_gold(split, "test")
+  assert len(split.windows) > 1
+  pairs = env.linking.link_pairs([doc], split.windows, split.window_doc,
+                                 _oracle_link_fn(split.windows), 8)[0]
+  gold = set(env.linking.gold_relations([doc])[0])
+  assert pairs and {(k, v) for k, v, _ in pairs} <= gold
+  assert all(0.5 < p <= 1.0 for _, _, p in pairs)
+
+
+@pytest.mark.slow
+def test_train_then_predict_pdfs_writes_pairs(tmp_path):
+  """tagging+linking trained for a few steps; predict on synthetic PDFs writes `pairs`."""
+  pytest.importorskip("pypdfium2")
+  from flaxdoc.data.synthetic.render_pdf import write_pdf  # pylint: disable=import-outside-toplevel
+  from flaxdoc.train import inference, trainer  # pylint: disable=import-outside-toplevel
+  config = _config("tagging+linking", **{"data.max_len": 128, "total_steps": 2,
+                                         "eval_every": 2, "checkpoint_every": 2})
+  result = trainer.train_and_evaluate(config, str(tmp_path / "run"))
+  for key in ("eval/rel_f1_gold", "eval/rel_f1", "eval/rel_precision", "eval/rel_recall"):
+    assert 0.0 <= result[key] <= 1.0
+  docs = [make_document(7, i, SyntheticConfig(link_keys=True)) for i in range(2)]
+  for doc in docs:
+    write_pdf(doc, tmp_path / f"{doc.id}.pdf")
+  config.mode = "predict"
+  config.predict.input = str(tmp_path / "*.pdf")
+  config.predict.draw = True
+  config.predict.draw_dir = str(tmp_path / "png")
+  out = inference.run_predict(config, str(tmp_path / "run"))
+  rows = [json.loads(line) for line in open(out, encoding="utf-8")]
+  assert len(rows) == 2 and all(isinstance(r["pairs"], list) for r in rows)
+  for r in rows:
+    for p in r["pairs"]:
+      assert set(p) == {"key", "value", "score"} and 0.0 <= p["score"] <= 1.0
+      assert p["key"]["words"] != p["value"]["words"]
+  assert len(list((tmp_path / "png").glob("*.png"))) == 2
+  # eval mode reports the relation scores next to the tagging ones.
+  config.mode = "eval"
+  scores = inference.run_eval(config, str(tmp_path / "run"))
+  assert "rel_f1_gold" in scores["relations"]
