@@ -132,6 +132,10 @@ def make(arg: str | None, *, model: str, variant: str, recipe: str = "bert",
   c.predict.output = ""  # default WORKDIR/predictions.jsonl
   c.predict.draw = False  # PNG per page with entity boxes coloured by label
   c.predict.draw_dir = ""
+  # Images and scanned PDF pages: OCR engine ("rapidocr", "tesseract"; "" = born-digital
+  # PDFs only) and the dpi PDF pages are rendered at for it (flaxdoc.data.ocr).
+  c.predict.ocr = "rapidocr"
+  c.predict.ocr_dpi = 300.0
 
   if a.local:
     # Minutes on a 2-core CPU: small data, short windows, frequent logging.

@@ -8,6 +8,12 @@ box is the axis-aligned hull of its characters' boxes. When the characters and
 boxes do not pair up (an older wheel, or a line it could not split), the line
 box is cut in proportion to character counts instead.
 
+RapidOCR's boxes are line-high cells (the character cells span the detected
+line's full height, padding included), looser than the ink; each word box is
+therefore shrunk to the dark pixels inside it (`tighten`, a global Otsu
+threshold), so boxes are as tight as Tesseract's. A box with no dark pixel
+stays as it was.
+
 Each detected line is one segment and its own block (RapidOCR has no blocks).
 """
 
@@ -32,15 +38,46 @@ class RapidOcrEngine:
     self._ocr = RapidOCR()
 
   def read(self, image) -> list[OcrWord]:
-    result, _ = self._ocr(image.convert("RGB"), return_word_box=True)
+    rgb = image.convert("RGB")
+    result, _ = self._ocr(rgb, return_word_box=True)
+    ink = ink_mask(np.asarray(rgb.convert("L")))
     words = []
     for line, row in enumerate(result or []):
       quad, text, score = row[0], str(row[1]), float(row[2])
       char_boxes = row[3] if len(row) > 3 else None
       chars = row[4] if len(row) > 4 else None
       for piece, box in _split_line(text, np.asarray(quad, np.float64), chars, char_boxes):
-        words.append(OcrWord(piece, box, line, line, score))
+        words.append(OcrWord(piece, tighten(ink, box), line, line, score))
     return words
+
+
+def ink_mask(gray: np.ndarray) -> np.ndarray:
+  """`bool [H, W]`: pixels darker than the page's Otsu threshold (text on a light page)."""
+  hist = np.bincount(gray.ravel(), minlength=256).astype(np.float64)
+  levels = np.arange(256, dtype=np.float64)
+  w0 = np.cumsum(hist)
+  w1 = w0[-1] - w0
+  m0 = np.cumsum(hist * levels)
+  mean0 = m0 / np.maximum(w0, 1)
+  mean1 = (m0[-1] - m0) / np.maximum(w1, 1)
+  between = w0 * w1 * (mean0 - mean1) ** 2  # between-class variance per threshold
+  return gray <= int(np.argmax(between))
+
+
+def tighten(ink: np.ndarray, box) -> tuple[float, float, float, float]:
+  """`box` shrunk to the ink pixels inside it (unchanged when it holds none)."""
+  h, w = ink.shape
+  x0, y0 = max(int(np.floor(box[0])), 0), max(int(np.floor(box[1])), 0)
+  x1, y1 = min(int(np.ceil(box[2])), w), min(int(np.ceil(box[3])), h)
+  if x1 <= x0 or y1 <= y0:
+    return tuple(float(v) for v in box)
+  cut = ink[y0:y1, x0:x1]
+  rows = np.flatnonzero(cut.any(axis=1))
+  cols = np.flatnonzero(cut.any(axis=0))
+  if not len(rows):
+    return tuple(float(v) for v in box)
+  return (float(x0 + cols[0]), float(y0 + rows[0]), float(x0 + cols[-1] + 1),
+          float(y0 + rows[-1] + 1))
 
 
 def _hull(points) -> tuple[float, float, float, float]:
