@@ -28,7 +28,7 @@ from flaxdoc.data.ocr.engine import OcrUnavailableError, OcrWord
 # A blank run of columns at least this many line ink heights wide between two
 # characters is a space, whether or not the recogniser put one there: PP-OCR
 # often drops the space between close words ("EmailAddress:").
-GAP = 0.4
+GAP = 0.5
 
 _INSTALL = "RapidOCR is not installed: `pip install rapidocr-onnxruntime` (or `flaxdoc[ocr]`)"
 
