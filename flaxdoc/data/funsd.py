@@ -159,7 +159,7 @@ def _ocr_form(gold: Document, image: Path, engine: str, cache_dir) -> tuple[Docu
   if not image.is_file():
     raise DocumentError(f"ocr={engine!r} needs the form's image, and {image} is missing",
                         doc_id=gold.id, field="ocr", source=str(image))
-  scan = read_document(image, engine=engine, doc_id=gold.id, cache_dir=cache_dir)
+  scan = read_document(image, engine=engine, doc_id=gold.id, cache_dir=cache_dir or None)
   return with_gold_entities(gold, scan)
 
 

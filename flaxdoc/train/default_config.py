@@ -152,4 +152,9 @@ def make(arg: str | None, *, model: str, variant: str, recipe: str = "bert",
     c.log_every = 10
     c.eval_every = 200
     c.checkpoint_every = 200
+  if a.dataset == "funsd":
+    # Re-read the forms with OCR words ("rapidocr", "tesseract"; "" = gold words), gold
+    # labels mapped to them, OCR results cached in ocr_cache_dir (flaxdoc.data.ocr).
+    d.dataset_options.ocr = ""
+    d.dataset_options.ocr_cache_dir = ""
   return c
