@@ -56,17 +56,22 @@ def _intersection(a: np.ndarray, b: np.ndarray) -> np.ndarray:
   return w * h
 
 
+def _same_page(gold: Document, ocr: Document):
+  """Yields `(gold word indices, OCR word indices)` of each page both have words on."""
+  for page in range(min(gold.num_pages, ocr.num_pages)):
+    gi = np.flatnonzero(gold.pages == page)
+    oi = np.flatnonzero(ocr.pages == page)
+    if len(gi) and len(oi):
+      yield gi, oi
+
+
 def match_words(gold: Document, ocr: Document, *, min_iou: float = MATCH_IOU
                 ) -> list[tuple[int, int, float]]:
   """`(gold word, OCR word, IoU)` pairs: same page, same normalised text, IoU >= `min_iou`."""
   out = []
   gold_norm = [normalize(w) for w in gold.words]
   ocr_norm = [normalize(w) for w in ocr.words]
-  for page in range(min(gold.num_pages, ocr.num_pages)):
-    gi = np.flatnonzero(gold.pages == page)
-    oi = np.flatnonzero(ocr.pages == page)
-    if not len(gi) or not len(oi):
-      continue
+  for gi, oi in _same_page(gold, ocr):
     iou = box_iou(gold.boxes[gi], ocr.boxes[oi])  # [G, O]
     same = np.array([[gold_norm[g] == ocr_norm[o] for o in oi] for g in gi], bool)
     cand = np.argwhere(same & (iou >= min_iou))
@@ -127,11 +132,7 @@ def transfer_entities(gold: Document, ocr: Document, *, min_overlap: float = TRA
   for k, e in enumerate(gold.entities or ()):
     entity_of_word[list(e.words)] = k
   members: dict[int, list[int]] = {}
-  for page in range(min(gold.num_pages, ocr.num_pages)):
-    gi = np.flatnonzero(gold.pages == page)
-    oi = np.flatnonzero(ocr.pages == page)
-    if not len(gi) or not len(oi):
-      continue
+  for gi, oi in _same_page(gold, ocr):
     inter = _intersection(ocr.boxes[oi], gold.boxes[gi])  # [O, G]
     cover = inter / np.maximum(_area(ocr.boxes[oi]), 1e-9)[:, None]
     best = cover.argmax(axis=1)

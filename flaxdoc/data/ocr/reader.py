@@ -35,6 +35,7 @@ from flaxdoc.data.document import Document, DocumentError, PageImage
 from flaxdoc.data.ocr import cache as cache_lib
 from flaxdoc.data.ocr import pages as pages_lib
 from flaxdoc.data.ocr.engine import DEFAULT_ENGINE, OcrWord, get_engine
+from flaxdoc.data.reading import read_files
 from flaxdoc.data.report import LoadReport
 
 log = logging.getLogger(__name__)
@@ -185,30 +186,12 @@ def read_documents(paths: Iterable[str | os.PathLike], *, engine: str = DEFAULT_
     paths = [paths]
   paths = list(paths)
   report = LoadReport(f"ocr:{engine} ({len(paths)} files)")
-  docs: list[Document] = []
-  ids: set[str] = set()
-  bar = _progress(paths, progress, engine)
-  for p in bar:
-    source = os.fspath(p)
-    stem = Path(p).stem or Path(p).name
-    doc_id = stem if stem not in ids else source
-    while doc_id in ids:
-      doc_id += "+"
-    try:
-      doc = read_document(p, engine=engine, dpi=dpi, doc_id=doc_id, cache_dir=cache_dir,
-                          report=report)
-    except DocumentError as e:
-      if on_error == "raise":
-        raise
-      report.skip_document(source, str(e))
-      continue
-    ids.add(doc.id)
-    for note in doc.repairs:
-      report.repair(doc.id, note)
-    docs.append(doc)
-  report.loaded = len(docs)
-  report.stats["words"] = sum(len(d) for d in docs)
-  report.stats["pages"] = sum(d.num_pages for d in docs)
+
+  def read_one(p, doc_id, report):
+    return read_document(p, engine=engine, dpi=dpi, doc_id=doc_id, cache_dir=cache_dir,
+                         report=report)
+
+  docs = read_files(_progress(paths, progress, engine), read_one, report, on_error)
   return docs, report
 
 
