@@ -26,7 +26,7 @@ from flaxdoc.data.ocr import ENGINES, OcrUnavailableError, get_engine, read_docu
     read_documents
 from flaxdoc.data.ocr import __main__ as ocr_main
 from flaxdoc.data.ocr import matching
-from flaxdoc.data.synthetic import SyntheticConfig, make_document
+from flaxdoc.data.synthetic import make_document
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ocr_samples import render_pages, spaced, text_image  # pylint: disable=import-error
