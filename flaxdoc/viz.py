@@ -103,6 +103,9 @@ def draw_document(doc, path, *, page: int = 0, edges=None, entities=None, show_t
     show_text: write each word in its box.
     scale: output pixels per page pixel; default: the page's longer side becomes 1000 px.
     background: optional page image (path or PIL image), shown faded under the drawing.
+      Default: the document's own page image (`doc.page_images`, e.g. a scan read by
+      `flaxdoc.data.ocr` or a FUNSD PNG), shown less faded; over a real page the
+      words are not written in again (`show_text` is ignored: the page shows them).
     title: text above the page; default: the document id and page.
     labels: the label order for colours (default: `doc.label_set`, else sorted labels).
     pairs: key -> value links, `(key, value)` pairs of entities (objects with `.words`),
@@ -146,10 +149,15 @@ def draw_document(doc, path, *, page: int = 0, edges=None, entities=None, show_t
   image = Image.new("RGB", size, _BACKGROUND)
   draw = ImageDraw.Draw(image)
   draw.rectangle([ox - 1, oy - 1, ox + pw, oy + ph], fill=_PAGE, outline=_PAGE_BORDER)
+  alpha = 0.3
+  if background is None and getattr(doc, "page_images", None):
+    from flaxdoc.data.ocr.pages import open_page_image  # pylint: disable=import-outside-toplevel
+    background = open_page_image(doc.page_images[page], max_side=max(pw, ph))
+    alpha, show_text = 0.7, False
   if background is not None:
     scan = background if isinstance(background, Image.Image) else Image.open(background)
     scan = scan.convert("RGB").resize((pw, ph), Image.Resampling.LANCZOS)
-    page_img = Image.blend(Image.new("RGB", (pw, ph), _PAGE), scan, 0.3)
+    page_img = Image.blend(Image.new("RGB", (pw, ph), _PAGE), scan, alpha)
     image.paste(page_img, (ox, oy))
 
   def rect(i):

@@ -66,6 +66,17 @@ class Entity:
     object.__setattr__(self, "words", tuple(int(w) for w in self.words))
 
 
+@dataclasses.dataclass(frozen=True)
+class PageImage:
+  """Where the picture of one page is: an image file (its frame `index`: TIFF pages) or a
+  PDF page (`index` 0-based), and the page's size in the document's box units, so a
+  picture can be drawn under the boxes (`flaxdoc.viz`) at the right scale."""
+  path: str
+  index: int
+  width: float
+  height: float
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Document:
   """One document. Build it with `Document.create(...)`, which validates.
@@ -82,6 +93,7 @@ class Document:
     relations: pairs of entity indices (FUNSD `linking`), kept for later use.
     label_set: the labels entities may use (`None`: not checked).
     repairs: human-readable notes of what the box and text policies repaired.
+    page_images: one `PageImage` per page (scans, OCR'd files), or `None`.
   """
   id: str
   words: tuple[str, ...]
@@ -93,6 +105,7 @@ class Document:
   relations: tuple[tuple[int, int], ...] = ()
   label_set: tuple[str, ...] | None = None
   repairs: tuple[str, ...] = ()
+  page_images: tuple[PageImage, ...] | None = None
 
   # ------------------------------------------------------------------ creation
   @classmethod
@@ -111,6 +124,7 @@ class Document:
       box_policy: str = "error",
       source: str | None = None,
       text_policy: str = "error",
+      page_images: Sequence[PageImage] | None = None,
   ) -> "Document":
     """Validates its input and returns a `Document`, or raises `DocumentError`.
 
@@ -132,6 +146,7 @@ class Document:
       text_policy: "error" (default) raises on a word holding a lone surrogate
         or a control character other than whitespace; "replace" replaces each
         such character with U+FFFD, recording the repair.
+      page_images: one `PageImage` per page (the picture under the boxes).
     """
     doc_id = str(id)
 
@@ -316,6 +331,14 @@ class Document:
                   "relations")
       rels.append((a, b))
 
+    if page_images is not None:
+      page_images = tuple(page_images)
+      if len(page_images) != len(page_sizes):
+        raise err(f"has {len(page_images)} entries for {len(page_sizes)} pages", "page_images")
+      for k, im in enumerate(page_images):
+        if not isinstance(im, PageImage):
+          raise err(f"entry {k} is {type(im).__name__}, not a PageImage", "page_images")
+
     for note in repairs:
       log.info("document %r: %s", doc_id, note)
     return cls(
@@ -329,6 +352,7 @@ class Document:
         relations=tuple(rels),
         label_set=label_set,
         repairs=tuple(repairs),
+        page_images=page_images,
     )
 
   # --------------------------------------------------------------- accessors
@@ -362,7 +386,8 @@ class Document:
     """A validated copy with some fields changed (as `Document.create` arguments)."""
     args = dict(id=self.id, words=self.words, boxes=self.boxes, pages=self.pages,
                 page_sizes=self.page_sizes, segments=self.segments, entities=self.entities,
-                relations=self.relations, label_set=self.label_set)
+                relations=self.relations, label_set=self.label_set,
+                page_images=self.page_images)
     args.update(changes)
     return Document.create(**args)
 

@@ -25,7 +25,14 @@ What becomes of it:
   of its entities) and mapped to entity indices; pairs that touch a skipped or
   unknown entity are counted in `report.stats["relations_dropped"]` by reason.
 * page size: from the PNG header when the image is there, else the bounding box
-  of the words (counted in `report.stats["page_size_from_words"]`).
+  of the words (counted in `report.stats["page_size_from_words"]`); the PNG is
+  kept as the page image (`Document.page_images`) for pictures.
+* `ocr="tesseract"|"rapidocr"`: the words are re-read from the PNG by that OCR
+  engine (`flaxdoc.data.ocr`, results cached in `ocr_cache_dir` when given) and
+  the gold entities mapped to the OCR words by box overlap
+  (`flaxdoc.data.ocr.matching`), so a model is scored on what a scan gives.
+  Gold entities no OCR word lands in are counted in
+  `report.stats["ocr_entities_lost"]`.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from pathlib import Path
 from typing import Collection
 
 from flaxdoc.data.datasets import LABELS, DatasetNotFoundError
-from flaxdoc.data.document import Document, DocumentError
+from flaxdoc.data.document import Document, DocumentError, PageImage
 from flaxdoc.data.jsonl import finite_number, load_json_file, read_box
 from flaxdoc.data.reading import check_on_error, list_ids, parse_each, select_ids
 from flaxdoc.data.report import LoadReport
@@ -72,7 +79,8 @@ def list_funsd_ids(data_dir, split: str) -> list[str]:
 
 def load_funsd(data_dir, split: str, *, ids: Collection[str] | None = None,
                box_policy: str = "clip", on_error: str = "raise", use_images: bool = True,
-               other_as_entity: bool = True) -> tuple[list[Document], LoadReport]:
+               other_as_entity: bool = True, ocr: str | None = None, ocr_cache_dir=None
+               ) -> tuple[list[Document], LoadReport]:
   """Reads an official FUNSD split: `(documents, report)`.
 
   Args:
@@ -87,6 +95,9 @@ def load_funsd(data_dir, split: str, *, ids: Collection[str] | None = None,
     other_as_entity: if False, `other` entities are not made entities (their
       words stay, untagged), as in LayoutLM's FUNSD setup; counted in
       `report.stats["other_not_entities"]`.
+    ocr: None (gold words) or an OCR engine, "tesseract" or "rapidocr": words
+      from the form's image, gold entities mapped to them (see the module doc).
+    ocr_cache_dir: where OCR results are cached (JSON per image and engine).
   """
   check_on_error(on_error)
   ann = _annotation_dir(data_dir, split)
@@ -101,8 +112,12 @@ def load_funsd(data_dir, split: str, *, ids: Collection[str] | None = None,
 
   def parse(doc_id, local):
     image = ann.parent / "images" / f"{doc_id}.png" if use_images else None
-    return _read_form(ann / f"{doc_id}.json", doc_id, image, local, box_policy,
-                      other_as_entity)
+    doc, info = _read_form(ann / f"{doc_id}.json", doc_id, image, local, box_policy,
+                           other_as_entity)
+    if ocr:
+      doc, lost = _ocr_form(doc, ann.parent / "images" / f"{doc_id}.png", ocr, ocr_cache_dir)
+      info["stats"]["ocr_entities_lost"] += len(lost)
+    return doc, info
 
   for doc_id, local, (doc, info) in parse_each(ids, parse, report, on_error):
     report.skipped_words += local.skipped_words
@@ -131,7 +146,21 @@ def load_funsd(data_dir, split: str, *, ids: Collection[str] | None = None,
   })
   if not other_as_entity:
     report.stats["other_not_entities"] = stats["other_not_entities"]
+  if ocr:
+    report.stats["ocr"] = ocr
+    report.stats["ocr_entities_lost"] = stats["ocr_entities_lost"]
   return docs, report
+
+
+def _ocr_form(gold: Document, image: Path, engine: str, cache_dir) -> tuple[Document, list[int]]:
+  """The form's words read from its image by `engine`, labelled with the gold entities."""
+  from flaxdoc.data.ocr.matching import with_gold_entities  # pylint: disable=import-outside-toplevel
+  from flaxdoc.data.ocr.reader import read_document  # pylint: disable=import-outside-toplevel
+  if not image.is_file():
+    raise DocumentError(f"ocr={engine!r} needs the form's image, and {image} is missing",
+                        doc_id=gold.id, field="ocr", source=str(image))
+  scan = read_document(image, engine=engine, doc_id=gold.id, cache_dir=cache_dir or None)
+  return with_gold_entities(gold, scan)
 
 
 def _read_form(path: Path, doc_id: str, image: Path | None, report: LoadReport,
@@ -222,12 +251,13 @@ def _read_form(path: Path, doc_id: str, image: Path | None, report: LoadReport,
     else:
       relations.append((entity_of_id[a], entity_of_id[b]))
 
-  page_sizes = None
+  page_sizes = page_images = None
   if image is not None and image.is_file():
     try:
       from PIL import Image  # pylint: disable=import-outside-toplevel
       with Image.open(image) as im:  # reads the header only
         page_sizes = [[float(im.size[0]), float(im.size[1])]]
+      page_images = [PageImage(os.fspath(image), 0, *page_sizes[0])]
     except Exception as e:  # pylint: disable=broad-except
       # PIL raises many types on a bad header (OSError, SyntaxError, DecompressionBombError);
       # the image only gives the page size, so fall back and say so.
@@ -238,6 +268,6 @@ def _read_form(path: Path, doc_id: str, image: Path | None, report: LoadReport,
   doc = Document.create(doc_id, words, boxes,
                         page_sizes=page_sizes, segments=segments, entities=entities,
                         relations=relations, label_set=FUNSD_LABELS, box_policy=box_policy,
-                        source=source)
+                        source=source, page_images=page_images)
   return doc, {"stats": stats, "kept_by_label": kept_by_label,
                "skipped_by_label": skipped_by_label, "dropped_relations": dropped}

@@ -20,6 +20,7 @@ line is one JSON object with these keys and no others:
 | `entities`   | no       | list of `{"label": str, "words": [int, ...]}` (see below) |
 | `relations`  | no       | list of `[a, b]` pairs of entity indices |
 | `label_set`  | no       | list of strings; entity labels must belong to it |
+| `page_images`| no       | list of `P` `{"path": str, "index": int, "width": num, "height": num}`: the picture of each page (an image file and its frame, or a PDF and its 0-based page) and the page size in box units |
 
 `entities` absent means an unlabelled document; `[]` a labelled one without
 entities. Numbers are JSON numbers (`true`/`false` are not numbers here). `NaN`,
@@ -61,7 +62,7 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from flaxdoc.data.document import Document, DocumentError, Entity
+from flaxdoc.data.document import Document, DocumentError, Entity, PageImage
 from flaxdoc.data.report import LoadReport
 
 FORMAT = "flaxdoc.document/1"
@@ -69,7 +70,8 @@ FORMAT_PREFIX = "flaxdoc.document/"
 ON_ERROR = ("raise", "skip")
 
 _REQUIRED = ("format", "id", "words", "boxes")
-_OPTIONAL = ("pages", "page_sizes", "segments", "entities", "relations", "label_set")
+_OPTIONAL = ("pages", "page_sizes", "segments", "entities", "relations", "label_set",
+             "page_images")
 
 
 # --------------------------------------------------------------------------- strict JSON helpers
@@ -188,6 +190,11 @@ def document_to_json(doc: Document) -> dict:
     obj["relations"] = [[int(a), int(b)] for a, b in doc.relations]
   if doc.label_set is not None:
     obj["label_set"] = list(doc.label_set)
+  if doc.page_images is not None:
+    obj["page_images"] = [{"path": im.path, "index": int(im.index),
+                           "width": _f32_json(np.float32(im.width)),
+                           "height": _f32_json(np.float32(im.height))}
+                          for im in doc.page_images]
   return obj
 
 
@@ -289,6 +296,8 @@ def document_from_json(obj, *, source: str | None = None, box_policy: str = "err
     if not isinstance(labels, list) or not all(isinstance(l, str) for l in labels):
       raise field_err("label_set")(f"must be a list of strings, got {_short(labels)}")
     kwargs["label_set"] = labels
+  if "page_images" in obj:
+    kwargs["page_images"] = _page_images(obj["page_images"], field_err("page_images"))
 
   doc = Document.create(doc_id, words, boxes, box_policy=box_policy, source=source,
                         text_policy=text_policy, **kwargs)
@@ -297,6 +306,25 @@ def document_from_json(obj, *, source: str | None = None, box_policy: str = "err
             f"({num_ents} entities): {', '.join(dropped[:5])}")
     doc = dataclasses.replace(doc, repairs=doc.repairs + (note,))
   return doc
+
+
+def _page_images(value, err) -> list[PageImage]:
+  if not isinstance(value, list):
+    raise err(f"must be a list of {{'path', 'index', 'width', 'height'}} objects, got "
+              f"{type(value).__name__}")
+  out = []
+  for k, im in enumerate(value):
+    if not isinstance(im, dict) or set(im) != {"path", "index", "width", "height"}:
+      raise err(f"page image {k} must be an object with exactly 'path', 'index', 'width' and "
+                f"'height', got {_short(im)}")
+    if not isinstance(im["path"], str) or not im["path"]:
+      raise err(f"page image {k} path must be a non-empty string, got {_short(im['path'])}")
+    index = _int_list([im["index"]], err, f"page image {k} index")[0]
+    size = read_box([im["width"], im["height"]], err, f"page image {k} size", width=2)
+    if index < 0 or min(size) <= 0:
+      raise err(f"page image {k} needs index >= 0 and a positive size, got {_short(im)}")
+    out.append(PageImage(im["path"], index, size[0], size[1]))
+  return out
 
 
 # --------------------------------------------------------------------------- files

@@ -673,27 +673,11 @@ def read_pdfs(paths: Iterable[str | os.PathLike], *, on_error: str = "skip",
   paths = list(paths)
   passwords = passwords or {}
   report = LoadReport(f"pdf ({len(paths)} files)")
-  docs: list[Document] = []
-  ids: set[str] = set()
-  for p in paths:
-    source = os.fspath(p)
-    stem = Path(p).stem or Path(p).name
-    doc_id = stem if stem not in ids else source
-    while doc_id in ids:  # the same path given twice
-      doc_id += "+"
-    password = passwords.get(source, passwords.get(Path(p).name))
-    try:
-      doc = read_pdf(p, doc_id=doc_id, password=password, report=report, **options)
-    except DocumentError as e:
-      if on_error == "raise":
-        raise
-      report.skip_document(source, str(e))
-      continue
-    ids.add(doc.id)
-    for note in doc.repairs:
-      report.repair(doc.id, note)
-    docs.append(doc)
-  report.loaded = len(docs)
-  report.stats["words"] = sum(len(d) for d in docs)
-  report.stats["pages"] = sum(d.num_pages for d in docs)
+
+  def read_one(p, doc_id, report):
+    password = passwords.get(os.fspath(p), passwords.get(Path(p).name))
+    return read_pdf(p, doc_id=doc_id, password=password, report=report, **options)
+
+  from flaxdoc.data.reading import read_files  # pylint: disable=import-outside-toplevel
+  docs = read_files(paths, read_one, report, on_error)
   return docs, report

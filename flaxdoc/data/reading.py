@@ -10,6 +10,7 @@ stays in the readers.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable, Collection, Iterable, Iterator, TypeVar
 
@@ -78,3 +79,39 @@ def parse_each(ids: Iterable[str], parse: Callable[[str, LoadReport], T], report
       report.skip_document(doc_id, str(e))
       continue
     yield doc_id, local, parsed
+
+
+def read_files(paths: Iterable, read: Callable[..., "Document"], report: LoadReport,
+               on_error: str) -> list:
+  """Reads one document per file (PDF, image...): ids from file names, failures reported.
+
+  `read(path, doc_id=..., report=report)` reads one file. Ids are the file names
+  without extension; when two files share a name, the later ones get their full
+  path as id, so ids stay unique. A `DocumentError` is re-raised when
+  `on_error == "raise"`, else recorded in `report.skipped_documents` under the
+  file's path. Sets `report.loaded` and the `words` / `pages` statistics.
+  """
+  check_on_error(on_error)
+  docs = []
+  ids: set[str] = set()
+  for p in paths:
+    source = os.fspath(p)
+    stem = Path(p).stem or Path(p).name
+    doc_id = stem if stem not in ids else source
+    while doc_id in ids:  # the same path given twice
+      doc_id += "+"
+    try:
+      doc = read(p, doc_id=doc_id, report=report)
+    except DocumentError as e:
+      if on_error == "raise":
+        raise
+      report.skip_document(source, str(e))
+      continue
+    ids.add(doc.id)
+    for note in doc.repairs:
+      report.repair(doc.id, note)
+    docs.append(doc)
+  report.loaded = len(docs)
+  report.stats["words"] = sum(len(d) for d in docs)
+  report.stats["pages"] = sum(d.num_pages for d in docs)
+  return docs

@@ -142,6 +142,10 @@ def make(arg: str | None, *, model: str, variant: str, recipe: str = "bert",
   c.predict.output = ""  # default WORKDIR/predictions.jsonl
   c.predict.draw = False  # PNG per page with entity boxes coloured by label
   c.predict.draw_dir = ""
+  # Images and scanned PDF pages: OCR engine ("rapidocr", "tesseract"; "" = born-digital
+  # PDFs only) and the dpi PDF pages are rendered at for it (flaxdoc.data.ocr).
+  c.predict.ocr = "rapidocr"
+  c.predict.ocr_dpi = 300.0
 
   if a.local:
     # Minutes on a 2-core CPU: small data, short windows, frequent logging.
@@ -172,4 +176,9 @@ def make(arg: str | None, *, model: str, variant: str, recipe: str = "bert",
   if "linking" in str(a.task) and a.dataset == "synthetic":
     # The synthetic generator writes its key -> value relations only when asked.
     d.dataset_options.link_keys = True
+  if a.dataset == "funsd":
+    # Re-read the forms with OCR words ("rapidocr", "tesseract"; "" = gold words), gold
+    # labels mapped to them, OCR results cached in ocr_cache_dir (flaxdoc.data.ocr).
+    d.dataset_options.ocr = ""
+    d.dataset_options.ocr_cache_dir = ""
   return c

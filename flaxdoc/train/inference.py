@@ -1,8 +1,9 @@
 """`eval` and `predict` modes: restore a trained workdir, score a split or tag documents.
 
 `predict` reads documents from a dataset split (`config.predict.input` empty),
-a JSON Lines file (`*.jsonl`) or PDFs (`*.pdf`, when `flaxdoc.data.pdf` is
-available), and writes one JSON object per document with its entities (label,
+a JSON Lines file (`*.jsonl`), or PDFs and images (PNG, JPEG, TIFF): a PDF page's
+text layer where it has one, OCR (`config.predict.ocr`, `flaxdoc.data.ocr`)
+where not; with `predict.ocr=""` only born-digital PDFs, and writes one JSON object per document with its entities (label,
 text, words, boxes, page, score) to `config.predict.output`
 (default `WORKDIR/predictions.jsonl`), plus optional PNG pictures per page.
 """
@@ -89,6 +90,15 @@ def _input_documents(config, env):
     log.info("%s", report.summary())
     return docs
   paths = sorted(glob.glob(source)) if any(c in source for c in "*?[") else [source]
+  if config.predict.get("ocr"):  # images and scanned PDF pages too (flaxdoc.data.ocr)
+    from flaxdoc.data.ocr import read_documents  # pylint: disable=import-outside-toplevel
+    docs, report = read_documents(paths, engine=config.predict.ocr,
+                                  dpi=config.predict.get("ocr_dpi", 300.0))
+    print(report.summary())  # per file: what was skipped and why
+    if not docs:
+      raise ValueError(f"config.predict.input={source!r}: no readable PDF or image (see the "
+                       "report above)")
+    return docs
   if all(p.lower().endswith(".pdf") for p in paths):
     from flaxdoc.data import pdf  # pylint: disable=import-outside-toplevel
     docs, report = pdf.read_pdfs(paths)  # unreadable files are skipped and reported

@@ -1,0 +1,90 @@
+"""One small interface for OCR engines: a page image -> words, word boxes, line/block ids.
+
+Two engines sit behind it (`ENGINES`), each in its own module and imported only
+when asked for, so flaxdoc works without either installed:
+
+* `tesseract`: Tesseract 5 through `pytesseract` (the engine Hugging Face's
+  LayoutLM processors run). Needs the system program (`apt-get install
+  tesseract-ocr`) and `pip install pytesseract`.
+* `rapidocr`: RapidOCR (`pip install rapidocr-onnxruntime`): PP-OCR detection and
+  recognition models inside the wheel, pip only.
+
+An engine returns `OcrWord`s with boxes in the pixels of the image it was given;
+`flaxdoc.data.ocr.pages` converts them to the document's units (PDF points for
+PDFs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol
+
+ENGINES = ("rapidocr", "tesseract")
+# Chosen by measurement (README, "Reading scans (OCR)"): on FUNSD dev forms a
+# model trained on gold words scores a higher entity F1 on RapidOCR's words
+# than on Tesseract's.
+DEFAULT_ENGINE = "rapidocr"
+
+
+class OcrUnavailableError(RuntimeError):
+  """The engine's Python package or system program is not installed (the message says how)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class OcrWord:
+  """One recognised word.
+
+  Attributes:
+    text: the word, non-empty, no whitespace inside.
+    box: `(x0, y0, x1, y1)` in pixels of the image read, `x0 <= x1`, `y0 <= y1`.
+    line: id of the engine's text line, unique on the page.
+    block: id of the engine's block (paragraph / region), unique on the page.
+    confidence: the engine's confidence in [0, 1].
+  """
+  text: str
+  box: tuple[float, float, float, float]
+  line: int
+  block: int
+  confidence: float
+
+
+class OcrEngine(Protocol):
+  """What `flaxdoc.data.ocr.reader` needs from an engine."""
+  name: str
+
+  def read(self, image) -> list[OcrWord]:
+    """The words of one page image (a `PIL.Image.Image`), in reading order."""
+
+
+_ENGINES: dict[str, OcrEngine] = {}
+
+
+def get_engine(name: str) -> OcrEngine:
+  """The engine called `name` (built once per process: model loading is slow).
+
+  Raises:
+    ValueError: an unknown name.
+    OcrUnavailableError: the engine is not installed (the message says how to install it).
+  """
+  if name not in ENGINES:
+    raise ValueError(f"unknown OCR engine {name!r}; expected one of {ENGINES}")
+  if name not in _ENGINES:
+    if name == "tesseract":
+      from flaxdoc.data.ocr.tesseract import TesseractEngine  # pylint: disable=import-outside-toplevel
+      _ENGINES[name] = TesseractEngine()
+    else:
+      from flaxdoc.data.ocr.rapidocr import RapidOcrEngine  # pylint: disable=import-outside-toplevel
+      _ENGINES[name] = RapidOcrEngine()
+  return _ENGINES[name]
+
+
+def available_engines() -> list[str]:
+  """The engines that can run here (installed package and, for Tesseract, program)."""
+  out = []
+  for name in ENGINES:
+    try:
+      get_engine(name)
+    except OcrUnavailableError:
+      continue
+    out.append(name)
+  return out
