@@ -46,7 +46,7 @@ from flaxdoc.bench import common
 
 H100_BF16_TFLOPS = 989.0  # H100 SXM5 dense bf16 peak (NVIDIA datasheet; sparsity doubles it)
 MULTILINGUAL_VOCAB = 119_547
-COLUMNS_PRETRAIN = ("ablation", "length", "batch", "dtype", "param_dtype", "step_ms", "tokens_per_s",
+COLUMNS_PRETRAIN = ("ablation", "length", "batch", "dtype", "param_dtype", "prng", "dropout", "step_ms", "tokens_per_s",
                     "model_tflop", "xla_tflop", "tflops", "mfu", "peak_gb", "compile_s", "note")
 COLUMNS_ATTENTION = ("impl", "tokens", "dtype", "time_ms", "tokens_per_s", "gflop", "tflops",
                      "peak_gb")
@@ -159,8 +159,13 @@ def pretrain_batch(batch: int, length: int, s: Sizes) -> dict:
 
 
 def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes, local: bool,
-                 peak_tflops: float, iters: int, ablation: str = "full") -> dict:
+                 peak_tflops: float, iters: int, ablation: str = "full", prng: str = "threefry",
+                 dropout: bool = True) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
+  if prng != "threefry":
+    # Dropout masks are drawn with the default PRNG: threefry is many integer ops
+    # per random bit on a GPU, "rbg" uses the hardware generator path.
+    jax.config.update("jax_default_prng_impl", prng)
   import optax  # pylint: disable=import-outside-toplevel
   from flaxdoc import models  # pylint: disable=import-outside-toplevel
   from flaxdoc.train import objectives  # pylint: disable=import-outside-toplevel
@@ -177,7 +182,7 @@ def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes
   data = jax.device_put(host)
 
   def loss_fn(p, b, rng):
-    out = model.apply({"params": p}, b, deterministic=False, rngs={"dropout": rng})
+    out = model.apply({"params": p}, b, deterministic=not dropout, rngs={"dropout": rng})
     return objectives.pretraining_loss(out, b)
 
   def step(p, o, b, rng):
@@ -205,7 +210,7 @@ def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes
               step_ms=seconds * 1e3, tokens_per_s=batch * length / seconds, model_tflop=tflop,
               xla_tflop=None if xla is None else xla / 1e12, tflops=tflop / seconds,
               mfu=mfu(tflop, seconds, peak_tflops), peak_gb=_device_peak_gb(),
-              compile_s=compile_s, loss=loss, ablation=ablation,
+              compile_s=compile_s, loss=loss, ablation=ablation, prng=prng, dropout=dropout,
               note=os.environ.get("XLA_FLAGS") or None, device=str(jax.devices()[0].device_kind),
               params=models.count_tree(params))
 
@@ -308,7 +313,8 @@ def run_one(spec: dict) -> list[dict]:
   if part == "pretrain":
     return [run_pretrain(spec["length"], spec["batch"], spec["dtype"], spec["param_dtype"], s,
                          spec.get("local", False), spec["peak_tflops"], spec.get("iters", 10),
-                         spec.get("ablation", "full"))]
+                         spec.get("ablation", "full"), spec.get("prng", "threefry"),
+                         spec.get("dropout", True))]
   if part == "attention":
     return [run_attention(spec["impl"], spec["length"], spec["dtype"], s)]
   if part == "sdpa":
@@ -327,7 +333,8 @@ def plan(a) -> list[dict]:
           continue
         specs.append(dict(part="pretrain", length=length, batch=batch,
                           param_dtype=a.param_dtype, peak_tflops=a.peak_tflops,
-                          iters=a.iters, ablation=a.ablation, **common_))
+                          iters=a.iters, ablation=a.ablation, prng=a.prng,
+                          dropout=not a.no_dropout, **common_))
   if "attention" in a.parts:
     for length in a.attention_lengths:
       for impl in ("etc_rich", "dense"):
@@ -369,6 +376,9 @@ def main(argv=None) -> int:
                       "(where the time goes)")
   p.add_argument("--timeout", type=float, default=600)
   p.add_argument("--local", action="store_true", help="shrunk model, for CPU smoke tests")
+  p.add_argument("--prng", default="threefry", choices=["threefry", "rbg", "unsafe_rbg"],
+                 help="PRNG of the dropout masks (threefry: JAX's default)")
+  p.add_argument("--no_dropout", action="store_true", help="time the step without dropout")
   p.add_argument("--json", action="store_true")
   p.add_argument("--out", default=None, help="also append JSON rows to this file as they come")
   p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: one spec in-process
