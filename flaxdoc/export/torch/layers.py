@@ -18,6 +18,14 @@ a checkpoint loads with `load_state_dict` and no renaming table.
 | `TaggingHead` | `flaxdoc.nn.heads.TaggingHead` |
 
 Only inference is mirrored: no dropout, no pre-training heads.
+
+Fast paths (default; `set_fast_paths(model, False)` selects the reference forms,
+which the tests compare them with): the GCN applies its message MLP's second layer
+once per node, not per edge (the JAX form, `flaxdoc.nn.gcn`); dense and ETC attention
+run through `torch.nn.functional.scaled_dot_product_attention` with the layout terms
+and the mask as one additive float mask (ETC: all blocks as one batch of
+`[b] x [3b + G]` attentions). No Python loop runs over blocks or edges, so the
+modules trace cleanly under `torch.compile` and `torch.export`.
 """
 
 from __future__ import annotations
@@ -104,6 +112,34 @@ class Embed(nn.Module):
 
   def forward(self, ids: torch.Tensor) -> torch.Tensor:
     return F.embedding(torch.clamp(ids.to(torch.int64), 0, self.num - 1), self.embedding)
+
+
+def set_fast_paths(model: nn.Module, enabled: bool = True) -> nn.Module:
+  """Switches every submodule with a fast path to it (`enabled`) or to its reference form."""
+  for module in model.modules():
+    if hasattr(module, "fast"):
+      module.fast = bool(enabled)
+  return model
+
+
+def sdpa_with_bias(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+                   mask: torch.Tensor, scale: float) -> torch.Tensor:
+  """`masked_softmax(q.k * scale + bias, mask) @ v` through PyTorch's fused attention.
+
+  q `[..., Q, D]`, k, v `[..., K, D]`, bias `[..., Q, K]` (or None), mask bool broadcastable
+  to `[..., Q, K]`. The mask becomes `BIG_NEG` in one float mask with the bias (finite, so
+  a row with no visible key gives no NaN); such rows are zeroed afterwards, as
+  `masked_softmax` gives them all-zero weights.
+  """
+  neg = torch.tensor(BIG_NEG, dtype=q.dtype, device=q.device)
+  if bias is None:
+    attn_mask = torch.where(mask, torch.zeros((), dtype=q.dtype, device=q.device), neg)
+  else:
+    attn_mask = torch.where(mask, bias.to(q.dtype), neg)
+  attn_mask = attn_mask.expand(q.shape[:-1] + (k.shape[-2],))
+  out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
+  visible = mask.expand(attn_mask.shape).any(dim=-1, keepdim=True)  # [..., Q, 1]
+  return out * visible.to(out.dtype)
 
 
 def masked_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -376,9 +412,16 @@ class DenseSelfAttention(nn.Module):
     d = width // heads
     self.query, self.key, self.value = (HeadsProjection(width, heads, d) for _ in range(3))
     self.out = OutProjection(heads, d, width)
+    self.fast = True
 
   def forward(self, x, mask, terms=(), geom=None) -> torch.Tensor:
     q, k, v = self.query(x), self.key(x), self.value(x)  # [B, N, H, D]
+    if self.fast:
+      bias = apply_terms(terms, q, k, geom, geom)  # [B, H, N, N] or None
+      pair = (mask[:, :, None] & mask[:, None, :])[:, None]  # [B, 1, N, N]
+      out = sdpa_with_bias(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), bias, pair,
+                           1.0 / math.sqrt(q.shape[-1]))  # [B, H, N, D]
+      return self.out(out.transpose(1, 2))
     logits = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
     bias = apply_terms(terms, q, k, geom, geom)
     if bias is not None:
@@ -432,6 +475,7 @@ class EtcAttention(nn.Module):
       vocab = 2 * ETC_MAX_RELATIVE_DISTANCE + 3
       self.relative_table = _param(vocab, heads, d)
       self.relative_bias = _param(vocab, heads)
+    self.fast = True
 
   def forward(self, x, mask, terms=(), geom=None) -> torch.Tensor:
     g, r = self.g, self.radius
@@ -455,8 +499,14 @@ class EtcAttention(nn.Module):
     window = torch.tensor(np.abs(offsets) <= r, device=x.device)  # [b, 3b]
     l2l_mask = window & valid_q[..., :, None] & valid_k[..., None, :]  # [B, nb, b, 3b]
     l2g_mask = valid_q[..., :, None] & global_valid[:, None, None, :]  # [B, nb, b, G]
-    l2l = torch.einsum("bnqhd,bnkhd->bnhqk", ql, kl)  # [B, nb, H, b, 3b]
-    l2g = torch.einsum("bnqhd,bghd->bnhqg", ql, kg)  # [B, nb, H, b, G]
+    if self.fast:
+      # Only the additive parts: q.k comes from the fused kernel (l2l / l2g hold bias).
+      zeros = ql.new_zeros(())
+      l2l = zeros.expand(batch, nb, heads, block, 3 * block)
+      l2g = zeros.expand(batch, nb, heads, block, g)
+    else:
+      l2l = torch.einsum("bnqhd,bnkhd->bnhqk", ql, kl)  # [B, nb, H, b, 3b]
+      l2g = torch.einsum("bnqhd,bghd->bnhqg", ql, kg)  # [B, nb, H, b, G]
     md = ETC_MAX_RELATIVE_DISTANCE
     if self.relative:
       member_id = 2 * md + 1
@@ -472,11 +522,14 @@ class EtcAttention(nn.Module):
       q_geom = {n: blk(leaf) for n, leaf in geom_long.items()}
       k_geom = {n: _three_blocks(leaf) for n, leaf in q_geom.items()}
       l2l = l2l + apply_terms(terms, ql, kl, q_geom, k_geom)
-    logits = torch.cat([l2l, l2g], dim=-1)  # [B, nb, H, b, 3b + G]
     pmask = torch.cat([l2l_mask, l2g_mask], dim=-1)[:, :, None]  # [B, nb, 1, b, 3b + G]
-    w = masked_softmax(logits, pmask)
-    out_long = (torch.einsum("bnhqk,bnkhd->bnqhd", w[..., :3 * block], vl)
-                + torch.einsum("bnhqg,bghd->bnqhd", w[..., 3 * block:], vg))
+    if self.fast:
+      out_long = self._long_sdpa(l2l, l2g, pmask, ql, kl, vl, kg, vg, scale)
+    else:
+      logits = torch.cat([l2l, l2g], dim=-1)  # [B, nb, H, b, 3b + G]
+      w = masked_softmax(logits, pmask)
+      out_long = (torch.einsum("bnhqk,bnkhd->bnqhd", w[..., :3 * block], vl)
+                  + torch.einsum("bnhqg,bghd->bnqhd", w[..., 3 * block:], vg))
     out_long = out_long.reshape(batch, padded, heads, d)[:, :length]
 
     g2g = torch.einsum("bqhd,bkhd->bhqk", qg, kg)  # [B, H, G, G]
@@ -495,6 +548,23 @@ class EtcAttention(nn.Module):
     out_global = (torch.einsum("bhqk,bkhd->bqhd", wg[..., :g], vg)
                   + torch.einsum("bhqk,bkhd->bqhd", wg[..., g:], vl_))
     return self.out(torch.cat([out_global, out_long], dim=1))
+
+  @staticmethod
+  def _long_sdpa(l2l_bias, l2g_bias, pmask, ql, kl, vl, kg, vg, scale) -> torch.Tensor:
+    """Long queries through fused attention: every block is one batch entry.
+
+    `l2l_bias [B, nb, H, b, 3b]` and `l2g_bias [B, nb, H, b, G]` hold what is added
+    to the (already scaled) `q.k` logits; keys are the 3 blocks then the globals.
+    """
+    batch, nb, block, heads, d = ql.shape
+    g = kg.shape[1]
+    keys = torch.cat([kl, kg[:, None].expand(batch, nb, g, heads, d)], dim=2)  # [B, nb, 3b+G, H, D]
+    values = torch.cat([vl, vg[:, None].expand(batch, nb, g, heads, d)], dim=2)
+    bias = torch.cat([l2l_bias, l2g_bias], dim=-1)  # [B, nb, H, b, 3b + G]
+    q = ql.permute(0, 1, 3, 2, 4)  # [B, nb, H, b, D]
+    out = sdpa_with_bias(q, keys.permute(0, 1, 3, 2, 4), values.permute(0, 1, 3, 2, 4),
+                         bias, pmask, scale)
+    return out.permute(0, 1, 3, 2, 4)  # [B, nb, b, H, D]
 
 
 class LinformerAttention(nn.Module):
@@ -592,6 +662,7 @@ class GCNLayer(nn.Module):
     self.message_out = Dense(hidden, width)
     self.attention = Dense(width, 1, use_bias=False)
     self.layer_norm = LayerNorm(width, eps)
+    self.fast = True
 
   def forward(self, h, ids, feats, nb_mask, node_mask) -> torch.Tensor:
     batch, nodes, width = h.shape
@@ -603,16 +674,39 @@ class GCNLayer(nn.Module):
     w1 = self.message_in_kernel
     from_self = h @ w1[:width]
     hidden = w1.shape[1]
-    from_nb = torch.gather(h @ w1[width:2 * width], 1,
-                           flat[..., None].expand(batch, nodes * k, hidden))
+    if self.fast:
+      # One row gather over the flattened batch instead of a gather with an expanded index.
+      rows = (flat + torch.arange(batch, device=h.device)[:, None] * nodes).reshape(-1)
+      from_nb = (h @ w1[width:2 * width]).reshape(batch * nodes, hidden)[rows]
+    else:
+      from_nb = torch.gather(h @ w1[width:2 * width], 1,
+                             flat[..., None].expand(batch, nodes * k, hidden))
     from_nb = from_nb.reshape(batch, nodes, k, hidden)
     pre = from_self[:, :, None, :] + from_nb + edges @ w1[2 * width:] + self.message_in_bias
+    if self.fast:
+      return self._once_per_node(h, F.gelu(pre), nb_mask)
     messages = self.message_out(F.gelu(pre))  # [B, L, K, E]
     scores = self.attention(messages)[..., 0]  # [B, L, K]
     scores = torch.where(nb_mask, scores, torch.full_like(scores, torch.finfo(torch.float32).min))
     weights = torch.softmax(scores, dim=-1)
     weights = torch.where(nb_mask, weights, torch.zeros_like(weights))
     return self.layer_norm(h + torch.einsum("blk,blke->ble", weights, messages))
+
+  def _once_per_node(self, h, hidden, nb_mask) -> torch.Tensor:
+    """The message MLP's second layer commutes with the weighted sum (`flaxdoc.nn.gcn`).
+
+    score_kl = w . (W2 x_kl + b2) = x_kl . (W2 w) + b2 . w;
+    sum_l a_kl m_kl = W2 (sum_l a_kl x_kl) + b2 sum_l a_kl.
+    """
+    w2, b2 = self.message_out.kernel, self.message_out.bias
+    w_att = self.attention.kernel[:, 0]
+    scores = hidden @ (w2 @ w_att) + b2 @ w_att  # [B, L, K]
+    scores = torch.where(nb_mask, scores, torch.full_like(scores, torch.finfo(torch.float32).min))
+    weights = torch.softmax(scores, dim=-1)
+    weights = torch.where(nb_mask, weights, torch.zeros_like(weights))
+    pooled = torch.einsum("blk,blkh->blh", weights, hidden)  # [B, L, H]
+    aggregated = pooled @ w2 + weights.sum(-1, keepdim=True) * b2
+    return self.layer_norm(h + aggregated)
 
 
 class SuperTokenEncoder(nn.Module):

@@ -1,0 +1,413 @@
+r"""Accelerator figures: FormNet-A2 pre-training step, ETC vs dense attention, cuDNN attention.
+
+    python -m flaxdoc.bench.accelerator [--json] [--parts pretrain attention sdpa]
+        [--lengths 1024 4096] [--batches 8 16] [--attention_lengths 2048 8192 16384]
+        [--dtype bfloat16] [--peak_tflops 989] [--local]
+
+Three tables, each row in its own subprocess (so the device's `peak_bytes_in_use`
+belongs to that row alone):
+
+* `pretrain`: one FormNet-A2 pre-training (MLM) step — GCN Super-Tokens, 12 ETC
+  layers with Rich Attention, 768 wide, MLM head over the BERT-multilingual
+  vocabulary (119,547) — forward, backward and AdamW update, jitted with the
+  parameters and optimiser state donated, as `flaxdoc.train.state.make_train_step`
+  builds it. Compute in `--dtype` (parameters float32, as the trainer keeps them,
+  or `--param_dtype bfloat16`). Reports step time, tokens/s, the device's peak
+  memory, and MFU: *model* matmul FLOPs (below) per second over `--peak_tflops`
+  (H100 SXM dense bf16: 989 TFLOP/s). XLA's own count (`cost_analysis()["flops"]`,
+  element-wise work included) is printed beside it as `xla_tflop`.
+* `attention`: forward of the 12 x 768 encoder (the `flaxdoc.bench.attention`
+  rows `etc_rich` and `dense`) at 2k / 8k / 16k tokens in `--dtype`.
+* `sdpa`: one dense attention (12 heads x 64, batch 1) as a plain einsum-softmax-
+  einsum, through `jax.nn.dot_product_attention(implementation="xla")` and
+  `implementation="cudnn"` (fused flash attention), forward and forward+backward,
+  with and without an additive `[H, N, N]` bias (what Rich Attention adds).
+
+Model FLOPs (2 per multiply-add, matrix products only): the encoder forward from
+`flaxdoc.bench.attention.forward_gflop("etc_rich")`, plus the GCN (per node and
+layer: the message MLP's node parts `2 * 2E * Hm`, its second layer `2 * Hm * E`,
+the edge part `2 * K * F * Hm`, with `Hm = 2E + F`), the super-token input
+projection and the MLM head (`2 N E^2 + 2 N E V`); a training step is 3x the forward
+(backward = 2x). `--local` runs a shrunk model at tiny sizes (the CPU tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+from flaxdoc.bench import common
+
+H100_BF16_TFLOPS = 989.0  # H100 SXM5 dense bf16 peak (NVIDIA datasheet; sparsity doubles it)
+MULTILINGUAL_VOCAB = 119_547
+COLUMNS_PRETRAIN = ("ablation", "length", "batch", "dtype", "param_dtype", "prng", "dropout", "step_ms", "tokens_per_s",
+                    "model_tflop", "xla_tflop", "tflops", "mfu", "peak_gb", "compile_s", "note")
+COLUMNS_ATTENTION = ("impl", "tokens", "dtype", "time_ms", "tokens_per_s", "gflop", "tflops",
+                     "peak_gb")
+COLUMNS_SDPA = ("impl", "tokens", "bias", "pass", "time_ms", "tflops", "max_err")
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+  layers: int = 12
+  width: int = 768
+  heads: int = 12
+  mlp: int = 3072
+  local_radius: int = 84
+  gcn_layers: int = 12
+  max_degree: int = 8
+  edge_features: int = 16
+  vocab: int = MULTILINGUAL_VOCAB
+
+
+LOCAL = Sizes(layers=2, width=128, heads=4, mlp=512, local_radius=16, gcn_layers=2, vocab=1000)
+
+
+# --------------------------------------------------------------------------- FLOPs
+def pretrain_forward_gflop(length: int, s: Sizes) -> float:
+  """Matrix-multiply GFLOP of one FormNet pre-training forward pass (one sequence)."""
+  from flaxdoc.bench.attention import Size, forward_gflop  # pylint: disable=import-outside-toplevel
+  size = Size(layers=s.layers, width=s.width, heads=s.heads, mlp=s.mlp,
+              local_radius=s.local_radius)
+  n, e, f, k = float(length), float(s.width), float(s.edge_features), float(s.max_degree)
+  hm = 2 * e + f
+  gcn = s.gcn_layers * n * (2 * 2 * e * hm + 2 * hm * e + 2 * k * f * hm)
+  node_input = 2 * n * (e + 6) * e
+  mlm_head = 2 * n * e * e + 2 * n * e * s.vocab
+  return forward_gflop("etc_rich", length, size) + (gcn + node_input + mlm_head) / 1e9
+
+
+def train_step_tflop(length: int, batch: int, s: Sizes) -> float:
+  """Forward + backward (2x forward) matmul TFLOP of one step over `batch` sequences."""
+  return 3 * batch * pretrain_forward_gflop(length, s) / 1e3
+
+
+def mfu(tflop: float, seconds: float, peak_tflops: float) -> float:
+  """Model FLOPs utilisation: achieved TFLOP/s over the chip's peak."""
+  return tflop / seconds / peak_tflops
+
+
+def dense_attention_gflop(length: int, heads: int, head_dim: int, backward: bool = False) -> float:
+  """`QK^T` and `PV` (2 * 2 N^2 D per head); backward does 2.5x more (5 products, not 2)."""
+  fwd = 4.0 * length * length * heads * head_dim / 1e9
+  return fwd * 3.5 if backward else fwd
+
+
+# --------------------------------------------------------------------------- helpers
+def _device_peak_gb() -> float | None:
+  import jax  # pylint: disable=import-outside-toplevel
+  stats = jax.devices()[0].memory_stats() or {}
+  peak = stats.get("peak_bytes_in_use")
+  return None if peak is None else peak / 2 ** 30
+
+
+def _timed(fn, *, warmup: int = 2, iters: int = 10) -> float:
+  """Seconds per call of `fn()`: `iters` back-to-back calls, one sync at the end (median of 3)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  for _ in range(warmup):
+    jax.block_until_ready(fn())
+  runs = []
+  for _ in range(3):
+    t0 = time.perf_counter()
+    out = None
+    for _ in range(iters):
+      out = fn()
+    jax.block_until_ready(out)
+    runs.append((time.perf_counter() - t0) / iters)
+  return sorted(runs)[1]
+
+
+def _cost_flops(compiled) -> float | None:
+  try:
+    cost = compiled.cost_analysis()
+  except Exception:  # pylint: disable=broad-except
+    return None
+  if isinstance(cost, (list, tuple)):
+    cost = cost[0] if cost else None
+  return float(cost["flops"]) if cost and "flops" in cost else None
+
+
+# --------------------------------------------------------------------------- rows
+def formnet_model(s: Sizes, length: int, dtype: str, param_dtype: str, local: bool,
+                  ablation: str = "full"):
+  from flaxdoc.models import document_encoder as de  # pylint: disable=import-outside-toplevel
+  from flaxdoc.models import formnet  # pylint: disable=import-outside-toplevel
+  config = formnet.model_config(f"A2/{ablation}", local=local)
+  model = formnet.build(config, vocab_size=s.vocab, num_tags=1, max_len=length, pretraining=True,
+                        dtype=dtype)
+  if param_dtype != "float32":
+    model = model.clone(param_dtype=de._dtype(param_dtype))  # pylint: disable=protected-access
+  return model
+
+
+def pretrain_batch(batch: int, length: int, s: Sizes) -> dict:
+  """A full (unpadded) random pre-training batch with the graph and MLM targets."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from flaxdoc import models  # pylint: disable=import-outside-toplevel
+  b = models.example_batch(batch, length, vocab_size=s.vocab, graph=True, pretraining=True,
+                           max_degree=s.max_degree, edge_features=s.edge_features)
+  b["attention_mask"] = np.ones_like(b["attention_mask"])
+  for k in ("lop_mask", "lop_targets", "lop_weights", "tags", "word_ids"):
+    b.pop(k, None)
+  return b
+
+
+def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes, local: bool,
+                 peak_tflops: float, iters: int, ablation: str = "full", prng: str = "threefry",
+                 dropout: bool = True) -> dict:
+  import jax  # pylint: disable=import-outside-toplevel
+  if prng != "threefry":
+    # Dropout masks are drawn with the default PRNG: threefry is many integer ops
+    # per random bit on a GPU, "rbg" uses the hardware generator path.
+    jax.config.update("jax_default_prng_impl", prng)
+  import optax  # pylint: disable=import-outside-toplevel
+  from flaxdoc import models  # pylint: disable=import-outside-toplevel
+  from flaxdoc.train import objectives  # pylint: disable=import-outside-toplevel
+  model = formnet_model(s, length, dtype, param_dtype, local, ablation)
+  if ablation != "full":
+    s = dataclasses.replace(s, gcn_layers=0)
+  host = pretrain_batch(batch, length, s)
+  params = models.random_parameters(model, {k: v[:1] for k, v in host.items()})
+  if param_dtype != "float32":
+    params = jax.tree.map(lambda x: x.astype(param_dtype), params)
+  params = jax.device_put(params)
+  tx = optax.adamw(1e-4, weight_decay=0.01)
+  opt_state = jax.jit(tx.init)(params)
+  data = jax.device_put(host)
+
+  def loss_fn(p, b, rng):
+    out = model.apply({"params": p}, b, deterministic=not dropout, rngs={"dropout": rng})
+    return objectives.pretraining_loss(out, b)
+
+  def step(p, o, b, rng):
+    (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(p, b, rng)
+    updates, o = tx.update(grads, o, p)
+    return optax.apply_updates(p, updates), o, loss
+
+  t0 = time.perf_counter()
+  compiled = jax.jit(step, donate_argnums=(0, 1)).lower(params, opt_state, data,
+                                                          jax.random.key(0)).compile()
+  compile_s = time.perf_counter() - t0
+  xla = _cost_flops(compiled)
+  state = {"p": params, "o": opt_state, "i": 0}
+
+  def call():
+    state["i"] += 1
+    state["p"], state["o"], loss = compiled(state["p"], state["o"], data,
+                                            jax.random.key(state["i"]))
+    return loss
+
+  seconds = _timed(call, warmup=2, iters=iters)
+  loss = float(call())
+  tflop = train_step_tflop(length, batch, s)
+  return dict(part="pretrain", length=length, batch=batch, dtype=dtype, param_dtype=param_dtype,
+              step_ms=seconds * 1e3, tokens_per_s=batch * length / seconds, model_tflop=tflop,
+              xla_tflop=None if xla is None else xla / 1e12, tflops=tflop / seconds,
+              mfu=mfu(tflop, seconds, peak_tflops), peak_gb=_device_peak_gb(),
+              compile_s=compile_s, loss=loss, ablation=ablation, prng=prng, dropout=dropout,
+              note=os.environ.get("XLA_FLAGS") or None, device=str(jax.devices()[0].device_kind),
+              params=models.count_tree(params))
+
+
+def run_attention(impl: str, length: int, dtype: str, s: Sizes) -> dict:
+  import jax  # pylint: disable=import-outside-toplevel
+  from flaxdoc import models  # pylint: disable=import-outside-toplevel
+  from flaxdoc.bench import attention as ab  # pylint: disable=import-outside-toplevel
+  from flaxdoc.models import document_encoder as de  # pylint: disable=import-outside-toplevel
+  size = ab.Size(layers=s.layers, width=s.width, heads=s.heads, mlp=s.mlp,
+                 local_radius=s.local_radius)
+  model = de.build_document_encoder(ab.model_config(impl, size), vocab_size=ab.VOCAB,
+                                    num_tags=ab.TAGS, max_len=length, pretraining=False,
+                                    dtype=dtype)
+  batch = models.example_batch(1, length, vocab_size=ab.VOCAB, num_tags=ab.TAGS)
+  batch = {k: batch[k] for k in ("input_ids", "boxes", "page_ids", "positions",
+                                 "attention_mask")}
+  params = jax.device_put(models.random_parameters(model, batch))
+  batch = jax.device_put(batch)
+  fwd = jax.jit(lambda p, b: model.apply({"params": p}, b)["tag_logits"])
+  compiled = fwd.lower(params, batch).compile()
+  seconds = _timed(lambda: compiled(params, batch), warmup=1, iters=3 if length > 8192 else 5)
+  gflop = ab.forward_gflop(impl, length, size)
+  return dict(part="attention", impl=impl, tokens=length, dtype=dtype, time_ms=seconds * 1e3,
+              tokens_per_s=length / seconds, gflop=gflop, tflops=gflop / seconds / 1e3,
+              peak_gb=_device_peak_gb())
+
+
+def sdpa_impls() -> tuple[str, ...]:
+  return ("einsum", "xla", "cudnn")
+
+
+def dense_attention(impl: str):
+  """`(q, k, v, bias) -> out` for q, k, v `[B, N, H, D]` and bias `[B, H, N, N]` or None."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+
+  if impl == "einsum":
+    def attend(q, k, v, bias):
+      logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
+      if bias is not None:
+        logits = logits + bias
+      weights = jax.nn.softmax(logits.astype(jnp.float32), axis=-1).astype(q.dtype)
+      return jnp.einsum("bhqk,bkhd->bqhd", weights, v)
+    return attend
+
+  def attend_lib(q, k, v, bias):
+    return jax.nn.dot_product_attention(q, k, v, bias=bias, implementation=impl)
+  return attend_lib
+
+
+def run_sdpa_all(impls, length: int, dtype: str, s: Sizes) -> list[dict]:
+  """Every implementation, without and with a bias, at one length (one process)."""
+  rows = []
+  for bias in (False, True):
+    for impl in impls:
+      try:
+        rows += run_sdpa(impl, length, bias, dtype, s)
+      except Exception as e:  # pylint: disable=broad-except  # e.g. cuDNN absent on CPU
+        rows.append(dict(part="sdpa", impl=impl, tokens=length, bias=bias, dtype=dtype,
+                         error=f"{type(e).__name__}: {str(e)[:200]}"))
+  return rows
+
+
+def run_sdpa(impl: str, length: int, bias: bool, dtype: str, s: Sizes) -> list[dict]:
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  d = s.width // s.heads
+  keys = jax.random.split(jax.random.key(length), 4)
+  q, k, v = (jax.random.normal(kk, (1, length, s.heads, d), jnp.float32).astype(dtype)
+             for kk in keys[:3])
+  b = (jax.random.normal(keys[3], (1, s.heads, length, length), jnp.float32).astype(dtype)
+       if bias else None)
+  attend = dense_attention(impl)
+  reference = dense_attention("einsum")
+  fwd = jax.jit(attend)
+  out = fwd(q, k, v, b).astype(jnp.float32)
+  ref = jax.jit(reference)(*(x.astype(jnp.float32) for x in (q, k, v)),
+                           None if b is None else b.astype(jnp.float32))
+  err = float(jnp.linalg.norm(out - ref) / jnp.linalg.norm(ref))
+  rows = []
+  seconds = _timed(lambda: fwd(q, k, v, b), iters=5)
+  gflop = dense_attention_gflop(length, s.heads, d)
+  rows.append(dict(part="sdpa", impl=impl, tokens=length, bias=bias, dtype=dtype, **{"pass": "fwd"},
+                   time_ms=seconds * 1e3, tflops=gflop / seconds / 1e3, max_err=err))
+  grad = jax.jit(jax.grad(lambda q_, k_, v_: attend(q_, k_, v_, b).astype(jnp.float32).sum(),
+                          argnums=(0, 1, 2)))
+  seconds = _timed(lambda: grad(q, k, v), iters=5)
+  gflop = dense_attention_gflop(length, s.heads, d, backward=True)
+  rows.append(dict(part="sdpa", impl=impl, tokens=length, bias=bias, dtype=dtype,
+                   **{"pass": "fwd+bwd"}, time_ms=seconds * 1e3, tflops=gflop / seconds / 1e3,
+                   max_err=err))
+  return rows
+
+
+# --------------------------------------------------------------------------- driver
+def run_one(spec: dict) -> list[dict]:
+  s = LOCAL if spec.get("local") else Sizes()
+  part = spec["part"]
+  if part == "pretrain":
+    return [run_pretrain(spec["length"], spec["batch"], spec["dtype"], spec["param_dtype"], s,
+                         spec.get("local", False), spec["peak_tflops"], spec.get("iters", 10),
+                         spec.get("ablation", "full"), spec.get("prng", "threefry"),
+                         spec.get("dropout", True))]
+  if part == "attention":
+    return [run_attention(spec["impl"], spec["length"], spec["dtype"], s)]
+  if part == "sdpa":
+    return run_sdpa_all(spec["impls"], spec["length"], spec["dtype"], s)
+  raise ValueError(f"unknown part {part!r}")
+
+
+def plan(a) -> list[dict]:
+  """The subprocess specs of a run, in order."""
+  specs = []
+  common_ = dict(local=a.local, dtype=a.dtype)
+  if "pretrain" in a.parts:
+    for length in a.lengths:
+      for batch in a.batches:
+        if batch * length > a.max_tokens_per_step:
+          continue
+        specs.append(dict(part="pretrain", length=length, batch=batch,
+                          param_dtype=a.param_dtype, peak_tflops=a.peak_tflops,
+                          iters=a.iters, ablation=a.ablation, prng=a.prng,
+                          dropout=not a.no_dropout, **common_))
+  if "attention" in a.parts:
+    for length in a.attention_lengths:
+      for impl in ("etc_rich", "dense"):
+        specs.append(dict(part="attention", impl=impl, length=length, **common_))
+  if "sdpa" in a.parts:
+    for length in a.attention_lengths:
+      specs.append(dict(part="sdpa", impls=list(a.sdpa_impls), length=length, **common_))
+  return specs
+
+
+def run_spec(spec: dict, timeout: float) -> list[dict]:
+  cmd = [sys.executable, "-m", "flaxdoc.bench.accelerator", "--one", json.dumps(spec)]
+  try:
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                         env=dict(os.environ))
+  except subprocess.TimeoutExpired:
+    return [dict(spec, error=f"timed out after {timeout:.0f} s")]
+  if out.returncode != 0:
+    tail = (out.stderr.strip().splitlines() or ["?"])[-1]
+    return [dict(spec, error=tail[-300:])]
+  return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--parts", nargs="+", default=["pretrain", "attention", "sdpa"],
+                 choices=["pretrain", "attention", "sdpa"])
+  p.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096])
+  p.add_argument("--batches", type=int, nargs="+", default=[8, 16, 32])
+  p.add_argument("--max_tokens_per_step", type=int, default=65_536)
+  p.add_argument("--attention_lengths", type=int, nargs="+", default=[2048, 8192, 16384])
+  p.add_argument("--sdpa_impls", nargs="+", default=list(sdpa_impls()))
+  p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+  p.add_argument("--param_dtype", default="float32", choices=["bfloat16", "float32"])
+  p.add_argument("--peak_tflops", type=float, default=H100_BF16_TFLOPS)
+  p.add_argument("--iters", type=int, default=10)
+  p.add_argument("--ablation", default="full", choices=["full", "etc_rich", "etc"],
+                 help="etc_rich: without the GCN; etc: without GCN and Rich Attention "
+                      "(where the time goes)")
+  p.add_argument("--timeout", type=float, default=600)
+  p.add_argument("--local", action="store_true", help="shrunk model, for CPU smoke tests")
+  p.add_argument("--prng", default="threefry", choices=["threefry", "rbg", "unsafe_rbg"],
+                 help="PRNG of the dropout masks (threefry: JAX's default)")
+  p.add_argument("--no_dropout", action="store_true", help="time the step without dropout")
+  p.add_argument("--json", action="store_true")
+  p.add_argument("--out", default=None, help="also append JSON rows to this file as they come")
+  p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: one spec in-process
+  a = p.parse_args(argv)
+  if a.one:
+    for row in run_one(json.loads(a.one)):
+      print(json.dumps(row), flush=True)
+    return 0
+  rows = []
+  for spec in plan(a):
+    new = run_spec(spec, a.timeout)
+    rows += new
+    if a.out:
+      with open(a.out, "a") as f:
+        for r in new:
+          f.write(json.dumps(r) + "\n")
+    if not a.json:
+      for r in new:
+        print("#", json.dumps(r), flush=True)
+  for part, columns, title in (
+      ("pretrain", COLUMNS_PRETRAIN, "FormNet-A2 pre-training step (MLM)"),
+      ("attention", COLUMNS_ATTENTION, "encoder forward, ETC vs dense attention"),
+      ("sdpa", COLUMNS_SDPA, "one dense attention: einsum vs jax.nn.dot_product_attention")):
+    part_rows = [r for r in rows if r.get("part") == part]
+    if part_rows:
+      common.emit(part_rows, as_json=a.json, title=title,
+                  columns=None if a.json else list(columns) + ["error"])
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

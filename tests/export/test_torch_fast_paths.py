@@ -1,0 +1,124 @@
+"""The PyTorch export's fast paths compute what the reference forms compute.
+
+Fast (default): GCN second layer once per node, dense and ETC attention through
+`scaled_dot_product_attention`. Reference (`set_fast_paths(model, False)`): per-edge
+messages, einsum + masked softmax. Both against each other on random inputs, the
+fast one against Flax, and the fast FormNet through `torch.export` and `torch.compile`.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import export_helpers as H  # noqa: E402
+
+from flaxdoc.export import weights as weights_lib  # noqa: E402
+from flaxdoc.export.torch import build_torch_model  # noqa: E402
+from flaxdoc.export.torch import layers as L  # noqa: E402
+
+MAX_LEN = 64
+TOL = 1e-4
+
+
+def _randomise(module, seed):
+  g = torch.Generator().manual_seed(seed)
+  with torch.no_grad():
+    for p in module.parameters():
+      p.copy_(0.1 * torch.randn(p.shape, generator=g))
+
+
+def _both(module, *args):
+  with torch.no_grad():
+    L.set_fast_paths(module, True)
+    fast = module(*args)
+    L.set_fast_paths(module, False)
+    slow = module(*args)
+    L.set_fast_paths(module, True)
+  return fast.numpy(), slow.numpy()
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gcn_once_per_node_equals_per_edge_messages(seed):
+  g = torch.Generator().manual_seed(100 + seed)
+  layer = L.GCNLayer(width=12, edge_features=5, hidden=29)
+  _randomise(layer, seed)
+  b, n, k = 2, 9, 4
+  h = torch.randn(b, n, 12, generator=g)
+  ids = torch.randint(-1, n + 2, (b, n, k), generator=g)  # out-of-range ids on masked slots
+  nb_mask = torch.rand(b, n, k, generator=g) < 0.6
+  nb_mask[0, 0] = False  # a node with no neighbour keeps LayerNorm(h)
+  ids = torch.where(nb_mask, ids.clamp(0, n - 1), ids)
+  feats = torch.randn(b, n, k, 5, generator=g)
+  node_mask = torch.ones(b, n, dtype=torch.bool)
+  node_mask[1, -3:] = False
+  fast, slow = _both(layer, h, ids, feats, nb_mask, node_mask)
+  np.testing.assert_allclose(fast, slow, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("with_terms", [False, True])
+def test_dense_sdpa_equals_masked_softmax(with_terms):
+  g = torch.Generator().manual_seed(7)
+  attn = L.DenseSelfAttention(width=16, heads=4)
+  rich = L.RichAttentionTerm(heads=4, head_dim=4, axes=("x", "y"))
+  _randomise(attn, 1)
+  _randomise(rich, 2)
+  x = torch.randn(2, 10, 16, generator=g)
+  mask = torch.ones(2, 10, dtype=torch.bool)
+  mask[1, 6:] = False  # padded queries: zero output, like the reference
+  geom = {"centers": 1000 * torch.rand(2, 10, 2, generator=g)}
+  terms = [rich] if with_terms else []
+  fast, slow = _both(attn, x, mask, terms, geom)
+  np.testing.assert_allclose(fast, slow, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("relative", [False, True])
+def test_etc_sdpa_equals_blocked_masked_softmax(relative):
+  g = torch.Generator().manual_seed(11)
+  attn = L.EtcAttention(width=16, heads=2, local_radius=3, num_globals=2,
+                        relative_positions=relative)
+  rich = L.RichAttentionTerm(heads=2, head_dim=8, axes=("x", "y"))
+  _randomise(attn, 3)
+  _randomise(rich, 4)
+  total = 2 + 17  # 17 long tokens: 5 blocks of 4, the last one padded
+  x = torch.randn(2, total, 16, generator=g)
+  mask = torch.ones(2, total, dtype=torch.bool)
+  mask[1, 12:] = False
+  mask[1, 1] = False  # an invalid global
+  geom = {"centers": 1000 * torch.rand(2, total, 2, generator=g)}
+  fast, slow = _both(attn, x, mask, [rich], geom)
+  np.testing.assert_allclose(fast, slow, atol=1e-5, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def formnet():
+  batch = H.synthetic_batch(MAX_LEN, graph=True)
+  model, params, config = H.flax_model("formnet", "A1", batch, max_len=MAX_LEN, seed=3)
+  expected = np.asarray(model.apply({"params": params}, batch)["tag_logits"])
+  tmodel = build_torch_model(config, weights_lib.export_tensors(params)).eval()
+  return H.torch_batch(batch), expected, tmodel
+
+
+def test_formnet_fast_equals_reference_and_flax(formnet):
+  batch, expected, tmodel = formnet
+  assert any(getattr(m, "fast", False) for m in tmodel.modules())  # fast is the default
+  fast, slow = _both(tmodel, batch)
+  np.testing.assert_allclose(fast, slow, atol=1e-5, rtol=0)
+  np.testing.assert_allclose(fast, expected, atol=TOL, rtol=0)
+
+
+@pytest.mark.slow
+def test_fast_formnet_is_torch_export_and_compile_clean(formnet):
+  from flaxdoc.export.torch import compiled
+  batch, expected, tmodel = formnet
+  exported = torch.export.export(tmodel, (batch,), strict=False)
+  with torch.no_grad():
+    got = exported.module()(batch).numpy()
+  np.testing.assert_allclose(got, expected, atol=TOL, rtol=0)
+  fn = compiled.compile_layers(tmodel)
+  with torch.no_grad():
+    got = fn(batch).numpy()
+  np.testing.assert_allclose(got, expected, atol=TOL, rtol=0)

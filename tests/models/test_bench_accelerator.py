@@ -1,0 +1,65 @@
+"""`flaxdoc.bench.accelerator` on CPU at tiny sizes: the FLOP counts and one row of each part."""
+
+import math
+
+import numpy as np
+import pytest
+
+from flaxdoc.bench import accelerator as acc
+from flaxdoc.bench.attention import Size, forward_gflop
+
+
+def test_pretrain_flops_add_gcn_and_mlm_head_to_the_encoder():
+  s = acc.Sizes()
+  n = 1024
+  encoder = forward_gflop("etc_rich", n, Size())
+  hm = 2 * 768 + 16
+  gcn = 12 * n * (4 * 768 * hm + 2 * hm * 768 + 2 * 8 * 16 * hm) / 1e9
+  head = (2 * n * 768 * 768 + 2 * n * 768 * s.vocab) / 1e9
+  node_input = 2 * n * (768 + 6) * 768 / 1e9
+  assert acc.pretrain_forward_gflop(n, s) == pytest.approx(encoder + gcn + head + node_input)
+  # Training is forward + backward (2x): 3x the forward, per sequence in the batch.
+  assert acc.train_step_tflop(n, 4, s) == pytest.approx(12 * acc.pretrain_forward_gflop(n, s) / 1e3)
+  # The 6 * parameters * tokens rule of thumb for the A2 model (221.5M parameters)
+  # lands within 10% (attention and the per-edge GCN work are extra).
+  assert acc.train_step_tflop(n, 1, s) == pytest.approx(6 * 221.5e6 * n / 1e12, rel=0.1)
+
+
+def test_mfu_and_attention_flops():
+  assert acc.mfu(989.0, 2.0, 989.0) == pytest.approx(0.5)
+  assert acc.dense_attention_gflop(1000, 2, 64) == pytest.approx(4 * 1000 ** 2 * 2 * 64 / 1e9)
+  assert acc.dense_attention_gflop(10, 1, 8, backward=True) == pytest.approx(
+      3.5 * acc.dense_attention_gflop(10, 1, 8))
+
+
+def test_dense_attention_impls_agree_with_a_numpy_softmax():
+  import jax.numpy as jnp
+  rng = np.random.default_rng(0)
+  q, k, v = (rng.normal(size=(1, 6, 2, 4)).astype(np.float32) for _ in range(3))
+  bias = rng.normal(size=(1, 2, 6, 6)).astype(np.float32)
+  logits = np.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(4) + bias
+  w = np.exp(logits - logits.max(-1, keepdims=True))
+  w /= w.sum(-1, keepdims=True)
+  ref = np.einsum("bhqk,bkhd->bqhd", w, v)
+  for impl in ("einsum", "xla"):
+    out = acc.dense_attention(impl)(*(jnp.asarray(x) for x in (q, k, v, bias)))
+    np.testing.assert_allclose(np.asarray(out), ref, atol=1e-5, err_msg=impl)
+
+
+def test_plan_skips_steps_over_the_token_budget():
+  a = type("A", (), dict(parts=["pretrain", "sdpa"], lengths=[1024, 4096], batches=[8, 32],
+                         max_tokens_per_step=65536, attention_lengths=[2048], sdpa_impls=["einsum"],
+                         local=True, dtype="bfloat16", param_dtype="float32", peak_tflops=989.0,
+                         iters=2, ablation="full", prng="threefry", no_dropout=False))()
+  specs = acc.plan(a)
+  steps = [(s["length"], s["batch"]) for s in specs if s["part"] == "pretrain"]
+  assert steps == [(1024, 8), (1024, 32), (4096, 8)]
+  assert [s["part"] for s in specs].count("sdpa") == 1
+
+
+@pytest.mark.slow
+def test_one_tiny_pretrain_step_runs_on_cpu():
+  row = acc.run_one(dict(part="pretrain", length=64, batch=2, dtype="float32",
+                         param_dtype="float32", local=True, peak_tflops=1.0, iters=1))[0]
+  assert row["step_ms"] > 0 and np.isfinite(row["loss"])
+  assert row["model_tflop"] == pytest.approx(acc.train_step_tflop(64, 2, acc.LOCAL))
