@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
-
 import weakref
+from typing import Any
 
 import jax
 import orbax.checkpoint as ocp

@@ -134,7 +134,8 @@ class Experiment:
     target = traverse_util.flatten_dict(abstract_params)
 
     def read(step):  # a damaged step fails here and the next older one is tried
-      source = traverse_util.flatten_dict(_metadata_tree(mngr.item_metadata(step)["state"])["params"])
+      tree = _metadata_tree(mngr.item_metadata(step)["state"])
+      source = traverse_util.flatten_dict(tree["params"])
       shared = {k: v for k, v in target.items() if k in source and tuple(source[k]) == v.shape}
       new = sorted("/".join(k) for k in target if k not in shared)
       unused = sorted("/".join(k) for k in source if k not in target)
