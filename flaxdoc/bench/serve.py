@@ -22,6 +22,8 @@ Rows, all 12 layers x 768 wide (random parameters; `--quick` shrinks them to 2 x
 | `etc_rich_jax`, `etc_rich_torch`, `etc_rich_torch_compiled` | the same without the GCN |
 | `layoutlm_torch` | Hugging Face `LayoutLMModel` (random init, offline) + a linear tag head over 512-token windows with stride 128, stitched as flaxdoc stitches |
 
+JAX rows run XLA:CPU without its thunk runtime (`--xla_thunks` keeps it): on the
+encoder's shapes that brings JAX's GEMM rate to PyTorch's (`flaxdoc.bench.gemm`).
 `--batch B` adds, per size, a row of `B` documents run as one batch (`b = B`).
 Totals are documents/s and tokens/s; `gflop_per_s` is the matrix-multiply rate of
 the model stage (FLOPs from `flaxdoc.bench.attention.forward_gflop`, plus the GCN's
@@ -68,7 +70,9 @@ QUICK = Size(layers=2, width=64, heads=4, mlp=128, local_radius=16, gcn_layers=2
 def make_documents(pages: int, count: int, quick: bool = False):
   """`count` synthetic documents of about `pages * 500` tokens (fewer words: sub-tokens)."""
   from flaxdoc.data import synthetic  # pylint: disable=import-outside-toplevel
-  words = int(pages * TOKENS_PER_PAGE * (0.25 if quick else 0.7))
+  # About 2.3 sub-tokens per synthetic word with the default tokenizer (measured:
+  # 1,400 words gave 3,187 tokens), so 0.43 words per token.
+  words = int(pages * TOKENS_PER_PAGE * (0.25 if quick else 0.43))
   config = synthetic.SyntheticConfig(target_words=words)
   return [synthetic.make_document(7, 1000 * pages + i, config) for i in range(count)]
 
@@ -270,8 +274,11 @@ def main(argv=None) -> int:
   p.add_argument("--repeats", type=int, default=2)
   p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
   p.add_argument("--quick", action="store_true", help="2 layers x 64, small documents (tests)")
+  p.add_argument("--xla_thunks", action="store_true",
+                 help="keep XLA:CPU's thunk runtime (default: off, see flaxdoc.bench.common)")
   p.add_argument("--json", action="store_true")
   a = p.parse_args(argv)
+  common.use_xla_cpu_defaults(not a.xla_thunks)
   if a.threads:
     import torch  # pylint: disable=import-outside-toplevel
     torch.set_num_threads(a.threads)

@@ -52,3 +52,14 @@ def test_quick_row_times_every_stage(row):
     assert r["graph_s"] > 0 and r["windows"] == 2
   else:
     assert r["graph_s"] == 0 and r["length"] == serve.LAYOUTLM_WINDOW
+
+
+def test_xla_cpu_defaults_add_once_and_respect_the_user(monkeypatch):
+  from flaxdoc.bench import common
+  monkeypatch.setenv("XLA_FLAGS", "--foo=1")
+  assert common.use_xla_cpu_defaults() == "--foo=1 --xla_cpu_use_thunk_runtime=false"
+  assert common.use_xla_cpu_defaults() == "--foo=1 --xla_cpu_use_thunk_runtime=false"
+  monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_thunk_runtime=true")
+  assert common.use_xla_cpu_defaults() == "--xla_cpu_use_thunk_runtime=true"
+  monkeypatch.setenv("XLA_FLAGS", "")
+  assert common.use_xla_cpu_defaults(False) == ""
