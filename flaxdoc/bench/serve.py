@@ -22,8 +22,9 @@ Rows, all 12 layers x 768 wide (random parameters; `--quick` shrinks them to 2 x
 | `etc_rich_jax`, `etc_rich_torch`, `etc_rich_torch_compiled` | the same without the GCN |
 | `layoutlm_torch` | Hugging Face `LayoutLMModel` (random init, offline) + a linear tag head over 512-token windows with stride 128, stitched as flaxdoc stitches |
 
-JAX rows run XLA:CPU without its thunk runtime (`--xla_thunks` keeps it): on the
-encoder's shapes that brings JAX's GEMM rate to PyTorch's (`flaxdoc.bench.gemm`).
+`--xla_no_thunks` runs the JAX rows on XLA:CPU's older whole-program runtime: one
+16-core run of `flaxdoc.bench.gemm` put it level with PyTorch (see the README; jaxlib
+0.10 warns that the flag is no longer supported, so it is opt-in until confirmed).
 `--batch B` adds, per size, a row of `B` documents run as one batch (`b = B`).
 Totals are documents/s and tokens/s; `gflop_per_s` is the matrix-multiply rate of
 the model stage (FLOPs from `flaxdoc.bench.attention.forward_gflop`, plus the GCN's
@@ -274,11 +275,11 @@ def main(argv=None) -> int:
   p.add_argument("--repeats", type=int, default=2)
   p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
   p.add_argument("--quick", action="store_true", help="2 layers x 64, small documents (tests)")
-  p.add_argument("--xla_thunks", action="store_true",
-                 help="keep XLA:CPU's thunk runtime (default: off, see flaxdoc.bench.common)")
+  p.add_argument("--xla_no_thunks", action="store_true",
+                 help="XLA:CPU without its thunk runtime (see flaxdoc.bench.common)")
   p.add_argument("--json", action="store_true")
   a = p.parse_args(argv)
-  common.use_xla_cpu_defaults(not a.xla_thunks)
+  common.use_xla_cpu_defaults(a.xla_no_thunks)
   if a.threads:
     import torch  # pylint: disable=import-outside-toplevel
     torch.set_num_threads(a.threads)
