@@ -44,6 +44,7 @@ import time
 import numpy as np
 
 from flaxdoc.bench import common
+from flaxdoc.bench.accelerator import Sizes as Size, gcn_gflop
 
 ROWS = ("formnet_jax", "formnet_torch", "formnet_torch_compiled", "etc_rich_jax",
         "etc_rich_torch", "etc_rich_torch_compiled", "layoutlm_torch")
@@ -52,16 +53,6 @@ LAYOUTLM_WINDOW, LAYOUTLM_STRIDE = 512, 128
 COLUMNS = ("row", "pages", "b", "tokens", "windows", "featurise_s", "graph_s", "model_s",
            "decode_s", "total_s", "docs_per_s", "tokens_per_s", "gflop_per_s", "graph_feat_pct",
            "decode_pct")
-
-
-@dataclasses.dataclass(frozen=True)
-class Size:
-  layers: int = 12
-  width: int = 768
-  heads: int = 12
-  mlp: int = 3072
-  local_radius: int = 84
-  gcn_layers: int = 12
 
 
 QUICK = Size(layers=2, width=64, heads=4, mlp=128, local_radius=16, gcn_layers=2)
@@ -97,14 +88,12 @@ def model_config(row: str, size: Size):
 def model_gflop(row: str, length: int, windows: int, size: Size) -> float:
   """Matrix-multiply GFLOP of the model stage (all windows)."""
   from flaxdoc.bench import attention as ab  # pylint: disable=import-outside-toplevel
-  s = ab.Size(layers=size.layers, width=size.width, heads=size.heads, mlp=size.mlp,
-              local_radius=size.local_radius)
+  s = size
   if row == "layoutlm_torch":
     return windows * ab.forward_gflop("layoutlm_torch", length, s)
   gflop = ab.forward_gflop("etc_rich", length, s)
   if row.startswith("formnet"):
-    e, hm, k, f = float(size.width), 2.0 * size.width + 16, 8.0, 16.0
-    gflop += size.gcn_layers * length * (4 * e * hm + 2 * hm * e + 2 * k * f * hm) / 1e9
+    gflop += gcn_gflop(length, size)
   return windows * gflop
 
 
