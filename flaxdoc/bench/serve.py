@@ -283,11 +283,11 @@ def main(argv=None) -> int:
     except Exception as e:  # pylint: disable=broad-except  # one row failing keeps the table
       r = dict(bench="serve", row=row, pages=pages, b=b, error=f"{type(e).__name__}: {e}"[:300])
     rows.append(r)
-    if not a.json:
-      print("#", json.dumps(r), flush=True)
-  common.emit(rows, as_json=a.json, title=f"serve: {size.layers} layers x {size.width}",
-              columns=None if a.json else list(COLUMNS) + ["error"])
+    # Each row as it comes (a long run killed half-way keeps what it measured).
+    print(json.dumps(r) if a.json else "# " + json.dumps(r), flush=True)
   if not a.json:
+    common.emit(rows, as_json=False, title=f"serve: {size.layers} layers x {size.width}",
+                columns=list(COLUMNS) + ["error"])
     print("\n".join(targets(rows)))
   return 0
 
