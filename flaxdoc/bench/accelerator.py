@@ -43,6 +43,7 @@ import sys
 import time
 
 from flaxdoc.bench import common
+from flaxdoc.bench.attention import Size, forward_gflop
 
 H100_BF16_TFLOPS = 989.0  # H100 SXM5 dense bf16 peak (NVIDIA datasheet; sparsity doubles it)
 MULTILINGUAL_VOCAB = 119_547
@@ -54,12 +55,8 @@ COLUMNS_SDPA = ("impl", "tokens", "bias", "pass", "time_ms", "tflops", "max_err"
 
 
 @dataclasses.dataclass(frozen=True)
-class Sizes:
-  layers: int = 12
-  width: int = 768
-  heads: int = 12
-  mlp: int = 3072
-  local_radius: int = 84
+class Sizes(Size):
+  """The encoder's sizes (`flaxdoc.bench.attention.Size`) plus FormNet's GCN and vocabulary."""
   gcn_layers: int = 12
   max_degree: int = 8
   edge_features: int = 16
@@ -72,15 +69,18 @@ LOCAL = Sizes(layers=2, width=128, heads=4, mlp=512, local_radius=16, gcn_layers
 # --------------------------------------------------------------------------- FLOPs
 def pretrain_forward_gflop(length: int, s: Sizes) -> float:
   """Matrix-multiply GFLOP of one FormNet pre-training forward pass (one sequence)."""
-  from flaxdoc.bench.attention import Size, forward_gflop  # pylint: disable=import-outside-toplevel
-  size = Size(layers=s.layers, width=s.width, heads=s.heads, mlp=s.mlp,
-              local_radius=s.local_radius)
+  n, e = float(length), float(s.width)
+  mlm_head = 2 * n * e * e + 2 * n * e * s.vocab
+  return forward_gflop("etc_rich", length, s) + gcn_gflop(length, s) + mlm_head / 1e9
+
+
+def gcn_gflop(length: int, s: Sizes) -> float:
+  """Matrix-multiply GFLOP of the Super-Token encoder (input projection + GCN layers)."""
   n, e, f, k = float(length), float(s.width), float(s.edge_features), float(s.max_degree)
   hm = 2 * e + f
   gcn = s.gcn_layers * n * (2 * 2 * e * hm + 2 * hm * e + 2 * k * f * hm)
   node_input = 2 * n * (e + 6) * e
-  mlm_head = 2 * n * e * e + 2 * n * e * s.vocab
-  return forward_gflop("etc_rich", length, size) + (gcn + node_input + mlm_head) / 1e9
+  return (gcn + node_input) / 1e9
 
 
 def train_step_tflop(length: int, batch: int, s: Sizes) -> float:
@@ -220,9 +220,7 @@ def run_attention(impl: str, length: int, dtype: str, s: Sizes) -> dict:
   from flaxdoc import models  # pylint: disable=import-outside-toplevel
   from flaxdoc.bench import attention as ab  # pylint: disable=import-outside-toplevel
   from flaxdoc.models import document_encoder as de  # pylint: disable=import-outside-toplevel
-  size = ab.Size(layers=s.layers, width=s.width, heads=s.heads, mlp=s.mlp,
-                 local_radius=s.local_radius)
-  model = de.build_document_encoder(ab.model_config(impl, size), vocab_size=ab.VOCAB,
+  model = de.build_document_encoder(ab.model_config(impl, s), vocab_size=ab.VOCAB,
                                     num_tags=ab.TAGS, max_len=length, pretraining=False,
                                     dtype=dtype)
   batch = models.example_batch(1, length, vocab_size=ab.VOCAB, num_tags=ab.TAGS)
@@ -233,7 +231,7 @@ def run_attention(impl: str, length: int, dtype: str, s: Sizes) -> dict:
   fwd = jax.jit(lambda p, b: model.apply({"params": p}, b)["tag_logits"])
   compiled = fwd.lower(params, batch).compile()
   seconds = _timed(lambda: compiled(params, batch), warmup=1, iters=3 if length > 8192 else 5)
-  gflop = ab.forward_gflop(impl, length, size)
+  gflop = ab.forward_gflop(impl, length, s)
   return dict(part="attention", impl=impl, tokens=length, dtype=dtype, time_ms=seconds * 1e3,
               tokens_per_s=length / seconds, gflop=gflop, tflops=gflop / seconds / 1e3,
               peak_gb=_device_peak_gb())

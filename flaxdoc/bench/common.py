@@ -87,3 +87,27 @@ def emit(rows: Sequence[dict], *, as_json: bool, columns: Sequence[str] | None =
       print(title, file=file)
     print(format_table(rows, columns), file=file)
   file.flush()
+
+
+# One run on a 16-core Xeon (flaxdoc.bench.gemm, 2,048 tokens, float32, jaxlib 0.11):
+# XLA:CPU's default thunk runtime ran the encoder's [N, 768] x [768, 768] matmul at 454
+# GFLOP/s against PyTorch's 1,043; with the older whole-program runtime JAX matched
+# PyTorch on all three shapes (1,034 vs 1,028 GFLOP/s overall). jaxlib 0.10 warns that
+# the flag is no longer supported, so benchmarks take it only when asked
+# (`bench.serve --xla_no_thunks`) until a repeated measurement confirms it.
+XLA_CPU_DEFAULT_FLAGS = ("--xla_cpu_use_thunk_runtime=false",)
+
+
+def use_xla_cpu_defaults(enabled: bool = True) -> str:
+  """Adds `XLA_CPU_DEFAULT_FLAGS` to `XLA_FLAGS` (before JAX starts); returns the value.
+
+  Flags the user already set win: a flag whose name is in `XLA_FLAGS` is not added.
+  """
+  import os  # pylint: disable=import-outside-toplevel
+  flags = os.environ.get("XLA_FLAGS", "")
+  if enabled:
+    for flag in XLA_CPU_DEFAULT_FLAGS:
+      if flag.split("=")[0] not in flags:
+        flags = f"{flags} {flag}".strip()
+    os.environ["XLA_FLAGS"] = flags
+  return flags

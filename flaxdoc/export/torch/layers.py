@@ -561,10 +561,16 @@ class EtcAttention(nn.Module):
     keys = torch.cat([kl, kg[:, None].expand(batch, nb, g, heads, d)], dim=2)  # [B, nb, 3b+G, H, D]
     values = torch.cat([vl, vg[:, None].expand(batch, nb, g, heads, d)], dim=2)
     bias = torch.cat([l2l_bias, l2g_bias], dim=-1)  # [B, nb, H, b, 3b + G]
-    q = ql.permute(0, 1, 3, 2, 4)  # [B, nb, H, b, D]
-    out = sdpa_with_bias(q, keys.permute(0, 1, 3, 2, 4), values.permute(0, 1, 3, 2, 4),
-                         bias, pmask, scale)
-    return out.permute(0, 1, 3, 2, 4)  # [B, nb, b, H, D]
+    kk = 3 * block + g
+    # Blocks folded into the batch: 4-D inputs, the layout every SDPA kernel (and
+    # inductor's lowering) takes.
+    q = ql.permute(0, 1, 3, 2, 4).reshape(batch * nb, heads, block, d)
+    keys = keys.permute(0, 1, 3, 2, 4).reshape(batch * nb, heads, kk, d)
+    values = values.permute(0, 1, 3, 2, 4).reshape(batch * nb, heads, kk, d)
+    bias = bias.reshape(batch * nb, heads, block, kk)
+    pmask = pmask.reshape(batch * nb, 1, block, kk)
+    out = sdpa_with_bias(q, keys, values, bias, pmask, scale)  # [B * nb, H, b, D]
+    return out.reshape(batch, nb, heads, block, d).permute(0, 1, 3, 2, 4)  # [B, nb, b, H, D]
 
 
 class LinformerAttention(nn.Module):

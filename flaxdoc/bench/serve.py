@@ -1,0 +1,300 @@
+r"""Serving: whole-pipeline documents per second, from a document to its entities.
+
+    python -m flaxdoc.bench.serve [--json] [--quick] [--sizes 1 4 16] [--batch 4]
+        [--rows formnet_jax formnet_torch ...] [--threads N]
+
+A synthetic document of 1, 4 or 16 pages (`--sizes`; about 500, 2,000 and 8,000
+tokens) goes through every stage a server runs, each timed on its own:
+
+| stage | what |
+|---|---|
+| `featurise_s` | tokenising and cutting into windows (`flaxdoc.data.features.featurize`, no graph) |
+| `graph_s` | the beta-skeleton token graph and its edge features (GCN rows only) |
+| `model_s` | the encoder and tagging head over the document's windows |
+| `decode_s` | stitching windows, word scores, constrained Viterbi, entity assembly |
+
+Rows, all 12 layers x 768 wide (random parameters; `--quick` shrinks them to 2 x 64):
+
+| row | what |
+|---|---|
+| `formnet_jax` | FormNet-A2-size (GCN + ETC + Rich Attention), `jax.jit`, the document as one window |
+| `formnet_torch`, `formnet_torch_compiled` | its PyTorch export (`flaxdoc.export.torch`), eager and `torch.compile` |
+| `etc_rich_jax`, `etc_rich_torch`, `etc_rich_torch_compiled` | the same without the GCN |
+| `layoutlm_torch` | Hugging Face `LayoutLMModel` (random init, offline) + a linear tag head over 512-token windows with stride 128, stitched as flaxdoc stitches |
+
+`--xla_no_thunks` runs the JAX rows on XLA:CPU's older whole-program runtime: one
+16-core run of `flaxdoc.bench.gemm` put it level with PyTorch (see the README; jaxlib
+0.10 warns that the flag is no longer supported, so it is opt-in until confirmed).
+`--batch B` adds, per size, a row of `B` documents run as one batch (`b = B`).
+Totals are documents/s and tokens/s; `gflop_per_s` is the matrix-multiply rate of
+the model stage (FLOPs from `flaxdoc.bench.attention.forward_gflop`, plus the GCN's
+for FormNet rows). The table also prints the targets of issue 14: the PyTorch
+ETC + Rich row against windowed LayoutLM (>= 1.25x at 2,048 tokens, >= 1.3x at
+8,000) and the graph + featurise (<= 10%) and decode (<= 5%) shares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+
+import numpy as np
+
+from flaxdoc.bench import common
+from flaxdoc.bench.accelerator import Sizes as Size, gcn_gflop
+
+ROWS = ("formnet_jax", "formnet_torch", "formnet_torch_compiled", "etc_rich_jax",
+        "etc_rich_torch", "etc_rich_torch_compiled", "layoutlm_torch")
+TOKENS_PER_PAGE = 500
+LAYOUTLM_WINDOW, LAYOUTLM_STRIDE = 512, 128
+COLUMNS = ("row", "pages", "b", "tokens", "windows", "featurise_s", "graph_s", "model_s",
+           "decode_s", "total_s", "docs_per_s", "tokens_per_s", "gflop_per_s", "graph_feat_pct",
+           "decode_pct")
+
+
+QUICK = Size(layers=2, width=64, heads=4, mlp=128, local_radius=16, gcn_layers=2)
+
+
+# --------------------------------------------------------------------------- documents
+def make_documents(pages: int, count: int, quick: bool = False):
+  """`count` synthetic documents of about `pages * 500` tokens (fewer words: sub-tokens)."""
+  from flaxdoc.data import synthetic  # pylint: disable=import-outside-toplevel
+  # About 2.3 sub-tokens per synthetic word with the default tokenizer (measured:
+  # 1,400 words gave 3,187 tokens), so 0.43 words per token.
+  words = int(pages * TOKENS_PER_PAGE * (0.25 if quick else 0.43))
+  config = synthetic.SyntheticConfig(target_words=words)
+  return [synthetic.make_document(7, 1000 * pages + i, config) for i in range(count)]
+
+
+def window_length(num_tokens: int, multiple: int = 512) -> int:
+  """The one-window length of an ETC row: tokens + [CLS]/[SEP], rounded up to `multiple`."""
+  return max(multiple, -(-(num_tokens + 2) // multiple) * multiple)
+
+
+# --------------------------------------------------------------------------- models
+def model_config(row: str, size: Size):
+  from flaxdoc.models import formnet  # pylint: disable=import-outside-toplevel
+  c = formnet.model_config("A2" if row.startswith("formnet") else "A2/etc_rich")
+  c.width, c.num_heads, c.mlp_dim, c.depth = size.width, size.heads, size.mlp, size.layers
+  c.local_radius = size.local_radius
+  c.gcn_layers = size.gcn_layers if row.startswith("formnet") else 0
+  c.dropout_rate = c.attention_dropout_rate = 0.0
+  return c
+
+
+def model_gflop(row: str, length: int, windows: int, size: Size) -> float:
+  """Matrix-multiply GFLOP of the model stage (all windows)."""
+  from flaxdoc.bench import attention as ab  # pylint: disable=import-outside-toplevel
+  s = size
+  if row == "layoutlm_torch":
+    return windows * ab.forward_gflop("layoutlm_torch", length, s)
+  gflop = ab.forward_gflop("etc_rich", length, s)
+  if row.startswith("formnet"):
+    gflop += gcn_gflop(length, size)
+  return windows * gflop
+
+
+class Runner:
+  """One row's model: `__call__(batch of numpy arrays) -> [B, L, T] float32 logits`."""
+
+  def __init__(self, row: str, size: Size, vocab: int, num_tags: int, max_len: int, example):
+    self.row = row
+    if row == "layoutlm_torch":
+      self._init_layoutlm(size, vocab, num_tags)
+      return
+    import jax  # pylint: disable=import-outside-toplevel
+    from flaxdoc import models  # pylint: disable=import-outside-toplevel
+    config = model_config(row, size)
+    model = models.build_model(config, vocab_size=vocab, num_tags=num_tags, max_len=max_len,
+                               pretraining=False)
+    params = models.random_parameters(model, example)
+    if row.endswith("_jax"):
+      params = jax.device_put(params)
+      forward = jax.jit(lambda p, b: model.apply({"params": p}, b)["tag_logits"])
+      self.fn = lambda b: np.asarray(forward(params, b))
+      return
+    import torch  # pylint: disable=import-outside-toplevel
+    from flaxdoc.export import weights as weights_lib  # pylint: disable=import-outside-toplevel
+    from flaxdoc.export.torch import build_torch_model, compiled  # pylint: disable=import-outside-toplevel
+    export_config = {"model": dataclasses.asdict(model.spec), "vocab_size": vocab,
+                     "num_tags": num_tags, "max_len": max_len}
+    tmodel = build_torch_model(export_config, weights_lib.export_tensors(params)).eval()
+    if row.endswith("_compiled"):
+      tmodel = compiled.compile_layers(tmodel)
+
+    def call(b):
+      with torch.inference_mode():
+        return tmodel({k: torch.as_tensor(v) for k, v in b.items()}).numpy()
+    self.fn = call
+
+  def _init_layoutlm(self, size: Size, vocab: int, num_tags: int):
+    import torch  # pylint: disable=import-outside-toplevel
+    import transformers  # pylint: disable=import-outside-toplevel
+    torch.manual_seed(0)
+    config = transformers.LayoutLMConfig(
+        vocab_size=vocab, hidden_size=size.width, num_hidden_layers=size.layers,
+        num_attention_heads=size.heads, intermediate_size=size.mlp, max_position_embeddings=512)
+    model = transformers.LayoutLMModel(config).eval()
+    head = torch.nn.Linear(size.width, num_tags).eval()
+
+    def call(b):
+      with torch.inference_mode():
+        hidden = model(input_ids=torch.as_tensor(b["input_ids"]).long(),
+                       bbox=torch.as_tensor(np.clip(b["boxes"], 0, 1000)).long(),
+                       attention_mask=torch.as_tensor(b["attention_mask"]).long())[0]
+        return head(hidden).numpy()
+    self.fn = call
+
+  def __call__(self, batch):
+    return self.fn(batch)
+
+
+# --------------------------------------------------------------------------- pipeline
+def feature_configs(row: str, max_len: int, labels):
+  """(config with the graph if the row needs it, the same without)."""
+  from flaxdoc.data.features import FeatureConfig  # pylint: disable=import-outside-toplevel
+  if row == "layoutlm_torch":
+    fc = FeatureConfig(max_len=LAYOUTLM_WINDOW, stride=LAYOUTLM_STRIDE, labels=labels,
+                       scheme="BIOES", graph=False)
+    return fc, fc
+  graph = row.startswith("formnet")
+  with_graph = FeatureConfig(max_len=max_len, labels=labels, scheme="BIOES", graph=graph)
+  return with_graph, dataclasses.replace(with_graph, graph=False)
+
+
+MODEL_KEYS = ("input_ids", "boxes", "page_ids", "segment_ids", "positions", "attention_mask",
+              "token_in_segment", "neighbor_ids", "neighbor_features", "neighbor_mask")
+
+
+def run_pipeline(docs, runner, tokenizer, fc, fc_nograph, tag_names) -> dict:
+  """Times each stage once over `docs` (batched as one model call) and returns the stages."""
+  from flaxdoc import decode  # pylint: disable=import-outside-toplevel
+  from flaxdoc.data import features  # pylint: disable=import-outside-toplevel
+  # Featurising and the graph are timed apart (sequentially, so a loaded machine cannot
+  # make one look negative); a GCN row's windows, graph slices included, are then built
+  # once more untimed (the slicing is a copy of arrays already built).
+  t0 = time.perf_counter()
+  per_doc = [features.featurize(d, tokenizer, fc_nograph) for d in docs]
+  featurise_s = time.perf_counter() - t0
+  graph_s = 0.0
+  if fc.graph:
+    for d in docs:
+      tok = features.tokenize_document(d, tokenizer)
+      g0 = time.perf_counter()
+      features._graph(d, tok, fc)  # pylint: disable=protected-access
+      graph_s += time.perf_counter() - g0
+    per_doc = [features.featurize(d, tokenizer, fc) for d in docs]
+  windows = [w for ws in per_doc for w in ws]
+  batch = features.batch_features(windows)
+  batch = {k: v for k, v in batch.items() if k in MODEL_KEYS}
+  t2 = time.perf_counter()
+  logits = runner(batch)
+  t3 = time.perf_counter()
+  entities = 0
+  i = 0
+  for d, ws in zip(docs, per_doc):
+    scores = [logits[i + j][: len(w["input_ids"])] for j, w in enumerate(ws)]
+    i += len(ws)
+    word_scores = features.stitch(d, ws, scores)
+    entities += len(decode.decode_document(d, word_scores, tag_names, "BIOES"))
+  t4 = time.perf_counter()
+  return dict(featurise_s=featurise_s, graph_s=graph_s, model_s=t3 - t2,
+              decode_s=t4 - t3, windows=len(windows), length=int(batch["input_ids"].shape[1]),
+              tokens=int(sum(int((w["word_ids"] >= 0).sum()) for w in windows)
+                         if "word_ids" in windows[0] else batch["attention_mask"].sum()),
+              entities=entities)
+
+
+def measure(row: str, pages: int, b: int, size: Size, quick: bool, repeats: int) -> dict:
+  from flaxdoc import tags as tags_lib  # pylint: disable=import-outside-toplevel
+  from flaxdoc.data import features, synthetic, tokenizers  # pylint: disable=import-outside-toplevel
+  tokenizer = tokenizers.load_tokenizer("default")
+  labels = tuple(synthetic.LABELS)
+  tag_names = tags_lib.tag_names(labels, "BIOES")
+  docs = make_documents(pages, b, quick)
+  doc_tokens = max(len(features.tokenize_document(d, tokenizer)) for d in docs)
+  max_len = window_length(doc_tokens, 128 if quick else 512)
+  fc, fc_nograph = feature_configs(row, max_len, labels)
+  example = features.batch_features(features.featurize(docs[0], tokenizer, fc)[:1])
+  example = {k: v for k, v in example.items() if k in MODEL_KEYS}
+  runner = Runner(row, size, tokenizer.vocab_size, len(tag_names), fc.max_len, example)
+  t0 = time.perf_counter()
+  run_pipeline(docs, runner, tokenizer, fc, fc_nograph, tag_names)  # compile / warm-up
+  warmup_s = time.perf_counter() - t0
+  runs = [run_pipeline(docs, runner, tokenizer, fc, fc_nograph, tag_names)
+          for _ in range(repeats)]
+  stages = ("featurise_s", "graph_s", "model_s", "decode_s")
+  r = {k: float(np.median([x[k] for x in runs])) for k in stages}
+  total = sum(r.values())
+  first = runs[0]
+  gflop = model_gflop(row, first["length"], first["windows"], size)
+  return dict(bench="serve", row=row, pages=pages, b=b, tokens=doc_tokens, length=first["length"],
+              windows=first["windows"], **r, total_s=total, docs_per_s=b / total,
+              tokens_per_s=b * doc_tokens / total, gflop=gflop,
+              gflop_per_s=gflop / r["model_s"] if r["model_s"] > 0 else None,
+              graph_feat_pct=100 * (r["featurise_s"] + r["graph_s"]) / total,
+              decode_pct=100 * r["decode_s"] / total, warmup_s=warmup_s,
+              entities=first["entities"], layers=size.layers, width=size.width)
+
+
+def targets(rows) -> list[str]:
+  """Issue 14's targets, read off the measured rows."""
+  lines = []
+  by = {(r["row"], r["pages"], r["b"]): r for r in rows if "docs_per_s" in r}
+  for pages, goal in ((4, 1.25), (16, 1.3)):
+    lm = by.get(("layoutlm_torch", pages, 1))
+    for row in ("etc_rich_torch", "etc_rich_torch_compiled"):
+      r = by.get((row, pages, 1))
+      if lm and r:
+        ratio = r["docs_per_s"] / lm["docs_per_s"]
+        lines.append(f"{row} vs windowed LayoutLM at {pages} pages ({r['tokens']} tokens): "
+                     f"{ratio:.2f}x (target >= {goal}x)")
+  for r in rows:
+    if r.get("row", "").startswith("formnet") and "graph_feat_pct" in r:
+      lines.append(f"{r['row']} {r['pages']} pages b={r['b']}: graph+featurise "
+                   f"{r['graph_feat_pct']:.2f}% (<= 10%), decode {r['decode_pct']:.2f}% (<= 5%)")
+  return lines
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 16], help="pages per document")
+  p.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
+  p.add_argument("--batch", type=int, default=4, help="documents in the batched row (0: none)")
+  p.add_argument("--batch_pages", type=int, default=1, help="pages of the batched row's documents")
+  p.add_argument("--repeats", type=int, default=2)
+  p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+  p.add_argument("--quick", action="store_true", help="2 layers x 64, small documents (tests)")
+  p.add_argument("--xla_no_thunks", action="store_true",
+                 help="XLA:CPU without its thunk runtime (see flaxdoc.bench.common)")
+  p.add_argument("--json", action="store_true")
+  a = p.parse_args(argv)
+  common.use_xla_cpu_defaults(a.xla_no_thunks)
+  if a.threads:
+    import torch  # pylint: disable=import-outside-toplevel
+    torch.set_num_threads(a.threads)
+  size = QUICK if a.quick else Size()
+  plan = [(row, pages, 1) for pages in a.sizes for row in a.rows]
+  if a.batch > 1:
+    plan += [(row, a.batch_pages, a.batch) for row in a.rows]
+  rows = []
+  for row, pages, b in plan:
+    try:
+      r = measure(row, pages, b, size, a.quick, a.repeats)
+    except Exception as e:  # pylint: disable=broad-except  # one row failing keeps the table
+      r = dict(bench="serve", row=row, pages=pages, b=b, error=f"{type(e).__name__}: {e}"[:300])
+    rows.append(r)
+    # Each row as it comes (a long run killed half-way keeps what it measured).
+    print(json.dumps(r) if a.json else "# " + json.dumps(r), flush=True)
+  if not a.json:
+    common.emit(rows, as_json=False, title=f"serve: {size.layers} layers x {size.width}",
+                columns=list(COLUMNS) + ["error"])
+    print("\n".join(targets(rows)))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,65 @@
+"""`flaxdoc.bench.serve` and `flaxdoc.bench.gemm` at tiny sizes: stages add up, FLOPs, targets."""
+
+import pytest
+
+from flaxdoc.bench import attention as ab
+from flaxdoc.bench import gemm
+from flaxdoc.bench import serve
+
+
+def test_window_length_rounds_tokens_plus_specials_up():
+  assert serve.window_length(100) == 512
+  assert serve.window_length(510) == 512
+  assert serve.window_length(511) == 1024
+  assert serve.window_length(200, multiple=128) == 256
+
+
+def test_model_gflop_windows_and_gcn():
+  s = serve.Size()
+  lm = serve.model_gflop("layoutlm_torch", 512, 3, s)
+  assert lm == pytest.approx(3 * ab.forward_gflop("layoutlm_torch", 512, ab.Size()))
+  etc = serve.model_gflop("etc_rich_torch", 2048, 1, s)
+  assert etc == pytest.approx(ab.forward_gflop("etc_rich", 2048, ab.Size()))
+  # The GCN (12 layers, hidden 2E + F) adds about half the encoder's matmul work.
+  ratio = serve.model_gflop("formnet_torch", 2048, 1, s) / etc
+  assert 1.3 < ratio < 1.7
+
+
+def test_gemm_shapes_and_flops():
+  assert gemm.shapes(8, 4, 16) == [(8, 4, 4), (8, 4, 16), (8, 16, 4)]
+  assert gemm.gflop(1000, 1000, 1000) == pytest.approx(2.0)
+
+
+def test_targets_read_the_rows():
+  rows = [dict(row="layoutlm_torch", pages=4, b=1, docs_per_s=1.0, tokens=2000),
+          dict(row="etc_rich_torch", pages=4, b=1, docs_per_s=1.5, tokens=2000),
+          dict(row="formnet_torch", pages=4, b=1, docs_per_s=1.0, graph_feat_pct=2.0,
+               decode_pct=1.0)]
+  lines = serve.targets(rows)
+  assert any("1.50x (target >= 1.25x)" in line for line in lines)
+  assert any("graph+featurise 2.00%" in line for line in lines)
+
+
+@pytest.mark.parametrize("row", ["formnet_torch", "layoutlm_torch"])
+def test_quick_row_times_every_stage(row):
+  r = serve.measure(row, 1, 2, serve.QUICK, True, 1)
+  stages = ("featurise_s", "graph_s", "model_s", "decode_s")
+  assert all(r[k] >= 0 for k in stages)
+  assert r["total_s"] == pytest.approx(sum(r[k] for k in stages))
+  assert r["docs_per_s"] == pytest.approx(2 / r["total_s"])
+  assert r["entities"] > 0  # random weights still tag something, and decode assembles it
+  if row == "formnet_torch":
+    assert r["graph_s"] > 0 and r["windows"] == 2
+  else:
+    assert r["graph_s"] == 0 and r["length"] == serve.LAYOUTLM_WINDOW
+
+
+def test_xla_cpu_defaults_add_once_and_respect_the_user(monkeypatch):
+  from flaxdoc.bench import common
+  monkeypatch.setenv("XLA_FLAGS", "--foo=1")
+  assert common.use_xla_cpu_defaults() == "--foo=1 --xla_cpu_use_thunk_runtime=false"
+  assert common.use_xla_cpu_defaults() == "--foo=1 --xla_cpu_use_thunk_runtime=false"
+  monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_thunk_runtime=true")
+  assert common.use_xla_cpu_defaults() == "--xla_cpu_use_thunk_runtime=true"
+  monkeypatch.setenv("XLA_FLAGS", "")
+  assert common.use_xla_cpu_defaults(False) == ""
