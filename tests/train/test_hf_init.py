@@ -343,3 +343,39 @@ def test_main_formnet_lifted_longer_run_learns(tmp_path):
   losses = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
   train = [r["train/loss"] for r in losses if "train/loss" in r]
   assert train[-1] < train[0], proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("config_file,arg,new_part", [
+    ("configs/docpolarbert_base.py", "local", "table_distance"),
+    pytest.param("configs/lagabi_roberta_base.py", "local", "mu_rho", marks=pytest.mark.slow),
+    pytest.param("configs/layoutlm_lspe.py", "local", "fc1", marks=pytest.mark.slow),
+    pytest.param("configs/layout_linformer.py", "local", "proj_k", marks=pytest.mark.slow),
+    pytest.param("configs/layout_cosformer.py", "local", None, marks=pytest.mark.slow),
+    ("configs/formnet_a2.py", "local", "global_embedding"),
+])
+def test_every_family_starts_from_a_tiny_roberta_folder(tmp_path, config_file, arg, new_part):
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  folder = tmp_path / "roberta"
+  vocab = _write_bpe_folder(folder)
+  torch.manual_seed(0)
+  transformers.RobertaModel(transformers.RobertaConfig(
+      vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+      intermediate_size=64, max_position_embeddings=80)).save_pretrained(folder)
+  config = _resolved(config_file, arg, folder)
+  assert config.model.width == 32 and config.data.tokenizer == f"hf:{folder}"
+  if config.model.position_1d == "learned":
+    assert config.model.position_offset == 2 and config.model.max_position_embeddings == 80
+  tok = tokenizers.load_tokenizer(config.data.tokenizer)
+  length = 64
+  model = models.build_model(config.model, vocab_size=hf_init.check_vocabulary(config, tok),
+                             num_tags=3, max_len=length, pretraining=False)
+  batch = models.example_batch(1, length, vocab_size=50, graph=models.needs_graph(config.model))
+  params, report = hf_init.import_params(config, models.random_parameters(model, batch))
+  assert "encoder.layer_1.attention.query.kernel" in report.mapped
+  assert "encoder.layer_1.mlp_out.kernel" in report.mapped
+  assert "embeddings.word_embeddings.embedding" in report.mapped
+  if new_part:
+    assert any(new_part in n for n in report.new), report.new
+  out = model.apply({"params": params}, batch)["tag_logits"]
+  assert np.all(np.isfinite(np.asarray(out)))
