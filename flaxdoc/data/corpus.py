@@ -1,4 +1,4 @@
-"""An unlabelled pre-training corpus a user can make: synthetic forms + receipts' words, as JSON Lines.
+"""An unlabelled pre-training corpus a user can make: synthetic forms + receipt words, JSON Lines.
 
     python -m flaxdoc.data.corpus --out corpus.jsonl --synthetic 2000 \
         --cord ../shared/datasets/cord --sroie ../shared/datasets/sroie

@@ -127,7 +127,7 @@ def distance_quantile_edges(centers, mask, num_buckets: int = 4, *,
 
 
 def distance_buckets(centers_q, centers_k, edges, *, zero_bucket: bool = False) -> jnp.ndarray:
-  """Distance bucket of every pair: `int32 [..., Q, K]` in `[0, E - 1)` (`[0, E)` with `zero_bucket`).
+  """Distance bucket of every pair: `int32 [..., Q, K]` in `[0, E - 1)` (`[0, E)`: `zero_bucket`).
 
   `zero_bucket` (`model.polar_zero_bucket`, the released code's bucketing as flaxdoc
   reads it): pairs at distance 0 - the self pair and the sub-tokens of one word, which

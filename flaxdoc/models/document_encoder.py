@@ -106,7 +106,8 @@ class EncoderSpec:
   shared) with `polar_angle`, `polar_distance_pool`, `polar_distance_buckets`,
   `polar_1d_buckets`, `polar_1d_max_distance`, `polar_1d` (the 1D term on/off),
   `polar_zero_bucket`; `gaussian` (LAGaBi, shared) with `gaussian_corner`, `gaussian_alpha`,
-  `gaussian_angle` ("released" | "paper"); `cosformer_length` ("max" | "document"); `fixed_bias` ("none" | "squircle" | "cross").
+  `gaussian_angle` ("released" | "paper"); `cosformer_length` ("max" | "document");
+  `fixed_bias` ("none" | "squircle" | "cross").
 
   Super-Tokens: `gcn_layers` (0 = off), `gcn_message_hidden` ("width" | "input"). Heads: `tagging_hidden`, `local_order_head`.
   Implementation: `scan_layers`, `remat`, `remat_policy`.
@@ -305,7 +306,8 @@ class DocumentEncoder(nn.Module):
                                dropout_rate=s.attention_dropout_rate,
                                initializer_range=s.initializer_range, **common)
     return functools.partial(CosformerAttention, reweight=s.cosformer_reweight,
-                             max_length=self.max_len, length=s.cosformer_length, initializer_range=s.initializer_range,
+                             max_length=self.max_len, length=s.cosformer_length,
+                             initializer_range=s.initializer_range,
                              **common)
 
   def _terms(self) -> tuple[tuple[Callable[..., nn.Module], ...], tuple[nn.Module, ...]]:

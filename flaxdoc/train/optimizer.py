@@ -91,7 +91,7 @@ def make_optimizer(config: ml_collections.ConfigDict, pretrained: Callable | Non
 
 def scale_pretrained(pretrained: Callable, config: ml_collections.ConfigDict
                      ) -> optax.GradientTransformation:
-  """Updates of parameters marked by `pretrained(params)` times 0 (first N steps), then the scale."""
+  """Updates of the parameters `pretrained(params)` marks: times 0 for N steps, then the scale."""
   scale = config.get("pretrained_lr_scale", 1.0)
   scale = 1.0 if scale is None else float(scale)
   freeze = int(config.get("freeze_pretrained_steps", 0) or 0)

@@ -160,7 +160,10 @@ def test_gaussian_angle_switch_reaches_the_term():
 
 # ----------------------------------------------------------------------------- cosFormer
 def _cosformer_reference(params, x, mask, m_of_row):
-  """Brute force: `out_i = sum_j s_ij v_j / max(sum_j s_ij, 1e-4)`, `s_ij = relu(q_i).relu(k_j) cos(pi/2M (i-j))`."""
+  """Brute force: `out_i = sum_j s_ij v_j / max(sum_j s_ij, 1e-4)`,
+
+  `s_ij = relu(q_i).relu(k_j) cos(pi/2M (i-j))`.
+  """
   p = jax.tree.map(np.asarray, params)
   q = np.einsum("bne,ehd->bnhd", x, p["query"]["kernel"]) + p["query"]["bias"]
   k = np.einsum("bne,ehd->bnhd", x, p["key"]["kernel"]) + p["key"]["bias"]
