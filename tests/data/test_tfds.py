@@ -36,7 +36,9 @@ def documents(draw):
   f32 = st.floats(0, 500, width=32)
   boxes = [sorted([draw(f32), draw(f32)]) for _ in range(2 * n)]
   boxes = np.float32([[a[0], b[0], a[1], b[1]] for a, b in zip(boxes[0::2], boxes[1::2])])
-  words = [draw(st.text(min_size=1, max_size=5).filter(str.strip)) for _ in range(n)]
+  # Valid text only: Document refuses lone surrogates and non-whitespace controls.
+  valid = st.characters(exclude_categories=("Cs", "Cc"))
+  words = [draw(st.text(valid, min_size=1, max_size=5).filter(str.strip)) for _ in range(n)]
   entities = None
   if draw(st.booleans()):
     order = draw(st.permutations(range(n)))
