@@ -75,8 +75,12 @@ def test_dense_sdpa_equals_masked_softmax(with_terms):
   np.testing.assert_allclose(fast, slow, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("relative", [False, True])
-def test_etc_sdpa_equals_blocked_masked_softmax(relative):
+@pytest.mark.parametrize("relative,with_terms,grad", [
+    (False, True, False), (True, True, False), (True, False, False), (False, False, False),
+    (True, True, True)])
+def test_etc_sdpa_equals_blocked_masked_softmax(relative, with_terms, grad):
+  # `grad`: parameters that require grad take the traced (`torch.export`) assembly of the
+  # additive mask instead of the in-place one inference uses.
   g = torch.Generator().manual_seed(11)
   attn = L.EtcAttention(width=16, heads=2, local_radius=3, num_globals=2,
                         relative_positions=relative)
@@ -89,7 +93,18 @@ def test_etc_sdpa_equals_blocked_masked_softmax(relative):
   mask[1, 12:] = False
   mask[1, 1] = False  # an invalid global
   geom = {"centers": 1000 * torch.rand(2, total, 2, generator=g)}
-  fast, slow = _both(attn, x, mask, [rich], geom)
+  terms = [rich] if with_terms else []
+  if grad:
+    with torch.enable_grad():
+      fast = attn(x, mask, terms, geom)
+      assert fast.requires_grad
+    L.set_fast_paths(attn, False)
+    with torch.no_grad():
+      slow = attn(x, mask, terms, geom)
+    L.set_fast_paths(attn, True)
+    fast, slow = fast.detach().numpy(), slow.numpy()
+  else:
+    fast, slow = _both(attn, x, mask, terms, geom)
   np.testing.assert_allclose(fast, slow, atol=1e-5, rtol=0)
 
 

@@ -36,7 +36,16 @@ def test_targets_read_the_rows():
           dict(row="formnet_torch", pages=4, b=1, docs_per_s=1.0, graph_feat_pct=2.0,
                decode_pct=1.0)]
   lines = serve.targets(rows)
-  assert any("1.50x (target >= 1.25x)" in line for line in lines)
+  assert any("etc_rich_torch vs layoutlm_torch" in line and "1.50x (target >= 1.25x)" in line
+             for line in lines)
+  # A compiled row is read against the compiled baseline when that row ran.
+  rows += [dict(row="etc_rich_torch_compiled", pages=16, b=1, docs_per_s=2.6, tokens=8000),
+           dict(row="layoutlm_torch", pages=16, b=1, docs_per_s=1.0, tokens=8000),
+           dict(row="layoutlm_torch_compiled", pages=16, b=1, docs_per_s=2.0, tokens=8000)]
+  lines = serve.targets(rows)
+  assert any("compiled vs layoutlm_torch_compiled" in line and "1.30x (target >= 1.3x)" in line
+             for line in lines)
+  assert any("compiled vs layoutlm_torch (windowed)" in line and "2.60x" in line for line in lines)
   assert any("graph+featurise 2.00%" in line for line in lines)
 
 
