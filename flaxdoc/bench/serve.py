@@ -60,14 +60,27 @@ QUICK = Size(layers=2, width=64, heads=4, mlp=128, local_radius=16, gcn_layers=2
 
 
 # --------------------------------------------------------------------------- documents
-def make_documents(pages: int, count: int, quick: bool = False):
-  """`count` synthetic documents of about `pages * 500` tokens (fewer words: sub-tokens)."""
-  from flaxdoc.data import synthetic  # pylint: disable=import-outside-toplevel
-  # About 2.3 sub-tokens per synthetic word with the default tokenizer (measured:
-  # 1,400 words gave 3,187 tokens), so 0.43 words per token.
-  words = int(pages * TOKENS_PER_PAGE * (0.25 if quick else 0.43))
-  config = synthetic.SyntheticConfig(target_words=words)
-  return [synthetic.make_document(7, 1000 * pages + i, config) for i in range(count)]
+def make_documents(pages: int, count: int, quick: bool = False, tokenizer=None):
+  """`count` synthetic documents of `pages * 500` tokens each, within 5% (fewer words: sub-tokens).
+
+  The words-per-token ratio of the generator drifts with document size (0.43 gave 2,004
+  tokens for 4 pages but 7,074 for 16), so each document's word target is corrected
+  from its measured token count, at most three times.
+  """
+  from flaxdoc.data import features, synthetic, tokenizers  # pylint: disable=import-outside-toplevel
+  tokenizer = tokenizer or tokenizers.load_tokenizer("default")
+  target = pages * TOKENS_PER_PAGE * (0.58 if quick else 1.0)
+  docs = []
+  for i in range(count):
+    words = int(target * 0.43)
+    for _ in range(4):
+      doc = synthetic.make_document(7, 1000 * pages + i, synthetic.SyntheticConfig(target_words=words))
+      tokens = len(features.tokenize_document(doc, tokenizer))
+      if abs(tokens - target) <= 0.05 * target:
+        break
+      words = max(1, int(words * target / tokens))
+    docs.append(doc)
+  return docs
 
 
 def window_length(num_tokens: int, multiple: int = 512) -> int:
@@ -217,7 +230,7 @@ def measure(row: str, pages: int, b: int, size: Size, quick: bool, repeats: int)
   tokenizer = tokenizers.load_tokenizer("default")
   labels = tuple(synthetic.LABELS)
   tag_names = tags_lib.tag_names(labels, "BIOES")
-  docs = make_documents(pages, b, quick)
+  docs = make_documents(pages, b, quick, tokenizer)
   doc_tokens = max(len(features.tokenize_document(d, tokenizer)) for d in docs)
   max_len = window_length(doc_tokens, 128 if quick else 512)
   fc, fc_nograph = feature_configs(row, max_len, labels)

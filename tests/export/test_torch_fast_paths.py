@@ -137,3 +137,14 @@ def test_fast_formnet_is_torch_export_and_compile_clean(formnet):
   with torch.no_grad():
     got = fn(batch).numpy()
   np.testing.assert_allclose(got, expected, atol=TOL, rtol=0)
+
+
+def test_fast_formnet_is_one_dynamo_graph(formnet):
+  # A graph break (e.g. a strided `out=`) splits torch.compile's fusion; the fast paths
+  # must trace as one graph, or inductor cannot fuse Rich Attention into the mask.
+  batch, _, tmodel = formnet
+  torch._dynamo.reset()
+  with torch.no_grad():
+    explained = torch._dynamo.explain(tmodel)(batch)
+  assert explained.graph_break_count == 0, [b.reason for b in explained.break_reasons]
+  assert explained.graph_count == 1

@@ -72,3 +72,14 @@ def test_xla_cpu_defaults_add_once_and_respect_the_user(monkeypatch):
   assert common.use_xla_cpu_defaults() == "--xla_cpu_use_thunk_runtime=true"
   monkeypatch.setenv("XLA_FLAGS", "")
   assert common.use_xla_cpu_defaults(False) == ""
+
+
+@pytest.mark.parametrize("pages", [4, 16])
+def test_documents_have_the_planned_token_count(pages):
+  # The sizes: about 2,000 and 8,000 tokens (500 a page), within 5%.
+  from flaxdoc.data import features, tokenizers
+  tok = tokenizers.load_tokenizer("default")
+  docs = serve.make_documents(pages, 2, tokenizer=tok)
+  for d in docs:
+    assert abs(len(features.tokenize_document(d, tok)) - 500 * pages) <= 25 * pages
+  assert docs[0].words != docs[1].words  # two different documents, not one twice

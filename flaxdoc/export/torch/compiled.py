@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from flaxdoc.export.torch.layers import set_fast_paths
+from flaxdoc.export.torch.basic import set_fast_paths
 
 
 def compile_layers(model: torch.nn.Module, *, mode: str | None = None,

@@ -14,7 +14,7 @@ from typing import Mapping
 import torch
 from torch import nn
 
-from flaxdoc.export.torch.layers import Dense, _param
+from flaxdoc.export.torch.basic import Dense, _param
 
 LINK_KEYS = ("link_first", "link_token_entity", "link_label", "link_box", "link_value",
              "link_candidates", "link_candidate_mask")

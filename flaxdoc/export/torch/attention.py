@@ -1,0 +1,367 @@
+"""Attention modules of the PyTorch export (`flaxdoc.nn` attention twins, no JAX).
+
+| torch | Flax twin |
+|---|---|
+| `DenseSelfAttention` | `flaxdoc.nn.attention` (masked float32 softmax, empty rows -> 0) |
+| `EtcAttention` | `flaxdoc.nn.etc_attention` (blocked: 3 key blocks + globals) |
+| `LinformerAttention`, `CosformerAttention` | `flaxdoc.nn.linformer`, `flaxdoc.nn.cosformer` |
+
+Each has a reference form (einsum + `masked_softmax`, what the tests compare with) and,
+where the terms allow, a fast one through `scaled_dot_product_attention`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from flaxdoc.export.torch.basic import (BIG_NEG, ETC_MAX_RELATIVE_DISTANCE, HeadsProjection,
+                                         OutProjection, _param)
+from flaxdoc.export.torch.terms import apply_terms
+
+
+def sdpa_with_bias(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+                   mask: torch.Tensor, scale: float) -> torch.Tensor:
+  """`masked_softmax(q.k * scale + bias, mask) @ v` through PyTorch's fused attention.
+
+  q `[..., Q, D]`, k, v `[..., K, D]`, bias `[..., Q, K]` (or None), mask bool broadcastable
+  to `[..., Q, K]`. The mask becomes `BIG_NEG` in one float mask with the bias (finite, so
+  a row with no visible key gives no NaN); such rows are zeroed afterwards, as
+  `masked_softmax` gives them all-zero weights.
+  """
+  neg = torch.tensor(BIG_NEG, dtype=q.dtype, device=q.device)
+  if bias is None:
+    attn_mask = torch.where(mask, torch.zeros((), dtype=q.dtype, device=q.device), neg)
+  else:
+    attn_mask = torch.where(mask, bias.to(q.dtype), neg)
+  attn_mask = attn_mask.expand(q.shape[:-1] + (k.shape[-2],))
+  out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
+  visible = mask.any(dim=-1, keepdim=True)  # [..., Q, 1] (or 1 where the mask broadcasts)
+  return out * visible.to(out.dtype)
+
+
+def masked_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+  """`flaxdoc.nn.attention.masked_softmax`: rows with no visible key come out all zero."""
+  logits = logits.to(torch.float32)
+  mask = mask.expand(logits.shape)
+  logits = torch.where(mask, logits, torch.full_like(logits, BIG_NEG))
+  row_max = logits.amax(dim=-1, keepdim=True)
+  unnorm = torch.where(mask, torch.exp(logits - row_max), torch.zeros_like(logits))
+  total = unnorm.sum(dim=-1, keepdim=True)
+  return unnorm / torch.clamp(total, min=1e-30)
+
+
+class DenseSelfAttention(nn.Module):
+  """`flaxdoc.nn.attention.DenseSelfAttention`: all pairs, additive terms."""
+
+  def __init__(self, width: int, heads: int):
+    super().__init__()
+    d = width // heads
+    self.query, self.key, self.value = (HeadsProjection(width, heads, d) for _ in range(3))
+    self.out = OutProjection(heads, d, width)
+    self.fast = True
+
+  def forward(self, x, mask, terms=(), geom=None) -> torch.Tensor:
+    q, k, v = self.query(x), self.key(x), self.value(x)  # [B, N, H, D]
+    if self.fast:
+      bias = apply_terms(terms, q, k, geom, geom)  # [B, H, N, N] or None
+      pair = (mask[:, :, None] & mask[:, None, :])[:, None]  # [B, 1, N, N]
+      out = sdpa_with_bias(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), bias, pair,
+                           1.0 / math.sqrt(q.shape[-1]))  # [B, H, N, D]
+      return self.out(out.transpose(1, 2))
+    logits = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
+    bias = apply_terms(terms, q, k, geom, geom)
+    if bias is not None:
+      logits = logits + bias
+    pair = (mask[:, :, None] & mask[:, None, :])[:, None]  # [B, 1, N, N]
+    weights = masked_softmax(logits, pair)
+    return self.out(torch.einsum("bhqk,bkhd->bqhd", weights, v))
+
+
+def _split_blocks(x: torch.Tensor, block: int) -> torch.Tensor:
+  return x.reshape((x.shape[0], x.shape[1] // block, block) + tuple(x.shape[2:]))
+
+
+def _pad_long(x: torch.Tensor, padded: int) -> torch.Tensor:
+  pad = padded - x.shape[1]
+  if pad == 0:
+    return x
+  zeros = torch.zeros((x.shape[0], pad) + tuple(x.shape[2:]), dtype=x.dtype, device=x.device)
+  return torch.cat([x, zeros], dim=1)
+
+
+def _three_blocks(blocks: torch.Tensor) -> torch.Tensor:
+  """`[B, nb, b, ...]` -> `[B, nb, 3b, ...]` (previous, own, next; zeros outside)."""
+  zero = torch.zeros_like(blocks[:, :1])
+  padded = torch.cat([zero, blocks, zero], dim=1)  # [B, nb + 2, b, ...]
+  return torch.cat([padded[:, :-2], padded[:, 1:-1], padded[:, 2:]], dim=2)
+
+
+def _local_offsets(block: int) -> np.ndarray:
+  q = np.arange(block)[:, None]
+  k = np.arange(3 * block)[None, :]
+  return (k - block) - q  # [b, 3b]
+
+
+class EtcAttention(nn.Module):
+  """`flaxdoc.nn.etc_attention.EtcAttention`: blocked global-local attention, `O(N * 3b)`.
+
+  `x [B, G + N, E]` holds the `G` global tokens first; long queries see 3 key blocks
+  (masked to `|i - j| <= r`) plus all globals, global queries see everything.
+  """
+
+  def __init__(self, width: int, heads: int, local_radius: int, num_globals: int,
+               relative_positions: bool):
+    super().__init__()
+    d = width // heads
+    self.query, self.key, self.value = (HeadsProjection(width, heads, d) for _ in range(3))
+    self.out = OutProjection(heads, d, width)
+    self.radius, self.g = int(local_radius), int(num_globals)
+    self.relative = bool(relative_positions)
+    if self.relative:
+      vocab = 2 * ETC_MAX_RELATIVE_DISTANCE + 3
+      self.relative_table = _param(vocab, heads, d)
+      self.relative_bias = _param(vocab, heads)
+    self.fast = True
+
+  def forward(self, x, mask, terms=(), geom=None) -> torch.Tensor:
+    q, k, v = self.query(x), self.key(x), self.value(x)  # [B, G+N, H, D]
+    out_global = self._global_queries(q, k, v, mask)
+    if self.fast:
+      out_long = self._fast_long_queries(q, k, v, mask, terms, geom)
+    else:
+      out_long = self._long_queries(q, k, v, mask, terms, geom)
+    return self.out(torch.cat([out_global, out_long], dim=1))
+
+  def _blocking(self, length: int):
+    block = self.radius + 1
+    nb = -(-length // block)
+    return block, nb, nb * block
+
+  def _long_queries(self, q, k, v, mask, terms, geom) -> torch.Tensor:
+    """The reference form: `[B, N, H, D]` outputs of the long queries."""
+    g, r = self.g, self.radius
+    batch, total, heads, d = q.shape
+    length = total - g
+    block, nb, padded = self._blocking(length)
+    scale = 1.0 / math.sqrt(d)
+    ql_, kl_, vl_ = q[:, g:], k[:, g:], v[:, g:]
+    kg, vg = k[:, :g], v[:, :g]
+    long_valid, global_valid = mask[:, g:], mask[:, :g]
+    blk = lambda a: _split_blocks(_pad_long(a, padded), block)  # noqa: E731
+    ql = blk(ql_)  # [B, nb, b, H, D]
+    kl = _three_blocks(blk(kl_))  # [B, nb, 3b, H, D]
+    vl = _three_blocks(blk(vl_))
+    valid_q = blk(long_valid)  # [B, nb, b]
+    valid_k = _three_blocks(valid_q)  # [B, nb, 3b]
+    offsets = _local_offsets(block)
+    window = torch.tensor(np.abs(offsets) <= r, device=q.device)  # [b, 3b]
+    l2l_mask = window & valid_q[..., :, None] & valid_k[..., None, :]  # [B, nb, b, 3b]
+    l2g_mask = valid_q[..., :, None] & global_valid[:, None, None, :]  # [B, nb, b, G]
+    l2l = torch.einsum("bnqhd,bnkhd->bnhqk", ql, kl)  # [B, nb, H, b, 3b]
+    l2g = torch.einsum("bnqhd,bghd->bnhqg", ql, kg)  # [B, nb, H, b, G]
+    md = ETC_MAX_RELATIVE_DISTANCE
+    if self.relative:
+      member_id = 2 * md + 1
+      bias_hv = self.relative_bias.T  # [H, V]
+      qr = torch.einsum("bnqhd,vhd->bnhqv", ql, self.relative_table) + bias_hv[:, None, :]
+      ids = torch.tensor(np.clip(offsets, -md, md) + md, dtype=torch.int64, device=q.device)
+      l2l = l2l + torch.gather(qr, -1, ids.expand(qr.shape[:-1] + (3 * block,)))
+      # One global per document: every long token is a member of every global.
+      l2g = l2g + qr[..., member_id:member_id + 1]
+    l2l, l2g = l2l * scale, l2g * scale
+    if terms:
+      geom_long = {n: leaf[:, g:] for n, leaf in geom.items()}
+      q_geom = {n: blk(leaf) for n, leaf in geom_long.items()}
+      k_geom = {n: _three_blocks(leaf) for n, leaf in q_geom.items()}
+      l2l = l2l + apply_terms(terms, ql, kl, q_geom, k_geom)
+    pmask = torch.cat([l2l_mask, l2g_mask], dim=-1)[:, :, None]  # [B, nb, 1, b, 3b + G]
+    logits = torch.cat([l2l, l2g], dim=-1)  # [B, nb, H, b, 3b + G]
+    w = masked_softmax(logits, pmask)
+    out_long = (torch.einsum("bnhqk,bnkhd->bnqhd", w[..., :3 * block], vl)
+                + torch.einsum("bnhqg,bghd->bnqhd", w[..., 3 * block:], vg))
+    return out_long.reshape(batch, padded, heads, d)[:, :length]
+
+  def _global_queries(self, q, k, v, mask) -> torch.Tensor:
+    """The `G` global queries see every token: `[B, G, H, D]`."""
+    g = self.g
+    d = q.shape[-1]
+    scale = 1.0 / math.sqrt(d)
+    qg, kg, vg, kl_, vl_ = q[:, :g], k[:, :g], v[:, :g], k[:, g:], v[:, g:]
+    long_valid, global_valid = mask[:, g:], mask[:, :g]
+    md = ETC_MAX_RELATIVE_DISTANCE
+    member_id = 2 * md + 1
+    g2g = torch.einsum("bqhd,bkhd->bhqk", qg, kg)  # [B, H, G, G]
+    g2l = torch.einsum("bqhd,bkhd->bhqk", qg, kl_)  # [B, H, G, N]
+    if self.relative:
+      qrg = (torch.einsum("bghd,vhd->bhgv", qg, self.relative_table)
+             + self.relative_bias.T[None, :, None, :])
+      pos = np.arange(g)
+      gids = torch.tensor(np.clip(pos[None, :] - pos[:, None], -md, md) + md, dtype=torch.int64,
+                          device=q.device)  # [G, G]
+      g2g = g2g + torch.gather(qrg, -1, gids.expand(qrg.shape[:-1] + (g,)))
+      g2l = g2l + qrg[..., member_id:member_id + 1]
+    g2g_mask = global_valid[:, :, None] & global_valid[:, None, :]
+    g2l_mask = global_valid[:, :, None] & long_valid[:, None, :]
+    logits = torch.cat([g2g, g2l], dim=-1) * scale
+    wg = masked_softmax(logits, torch.cat([g2g_mask, g2l_mask], dim=-1)[:, None])
+    out_global = (torch.einsum("bhqk,bkhd->bqhd", wg[..., :g], vg)
+                  + torch.einsum("bhqk,bkhd->bqhd", wg[..., g:], vl_))
+    return out_global
+
+  def _fast_long_queries(self, q, k, v, mask, terms, geom) -> torch.Tensor:
+    """The long queries through fused attention, every block one batch entry.
+
+    The additive parts (relative positions, layout terms) and the mask are written once
+    into one `[B, nb, H, b, 3b + G]` float mask; `q.k` comes from the SDPA kernel.
+    """
+    g, r = self.g, self.radius
+    batch, total, heads, d = q.shape
+    length = total - g
+    block, nb, padded = self._blocking(length)
+    kk = 3 * block + g
+    scale = 1.0 / math.sqrt(d)
+    blk = lambda a: _split_blocks(_pad_long(a, padded), block)  # noqa: E731
+    ql = blk(q[:, g:])  # [B, nb, b, H, D]
+    kl, vl = _three_blocks(blk(k[:, g:])), _three_blocks(blk(v[:, g:]))  # [B, nb, 3b, H, D]
+    kg, vg = k[:, :g], v[:, :g]
+    valid_q = blk(mask[:, g:])  # [B, nb, b]
+    valid_k = _three_blocks(valid_q)  # [B, nb, 3b]
+    offsets = _local_offsets(block)
+    window = torch.tensor(np.abs(offsets) <= r, device=q.device)  # [b, 3b]
+    l2l_mask = window & valid_q[..., :, None] & valid_k[..., None, :]  # [B, nb, b, 3b]
+    l2g_mask = valid_q[..., :, None] & mask[:, None, None, :g]  # [B, nb, b, G]
+    pmask = torch.cat([l2l_mask, l2g_mask], dim=-1)[:, :, None]  # [B, nb, 1, b, 3b + G]
+    # Head-shared 0 / BIG_NEG: the mask enters as one add, not a select over all heads.
+    neg = torch.where(pmask, 0.0, BIG_NEG).to(q.dtype)
+    local = None  # [B, nb, H, b, 3b]: what is added to the local logits
+    l2g = None
+    if self.relative:
+      md = ETC_MAX_RELATIVE_DISTANCE
+      qr = (torch.einsum("bnqhd,vhd->bnhqv", ql, self.relative_table)
+            + self.relative_bias.T[:, None, :]) * scale  # [B, nb, H, b, V]
+      ids = torch.tensor(np.clip(offsets, -md, md) + md, dtype=torch.int64, device=q.device)
+      local = torch.gather(qr, -1, ids.expand(qr.shape[:-1] + (3 * block,)))
+      l2g = qr[..., 2 * md + 1:2 * md + 2]  # every long token is a member of every global
+    if terms:
+      geom_long = {n: leaf[:, g:] for n, leaf in geom.items()}
+      q_geom = {n: blk(leaf) for n, leaf in geom_long.items()}
+      k_geom = {n: _three_blocks(leaf) for n, leaf in q_geom.items()}
+      t = apply_terms(terms, ql, kl, q_geom, k_geom)
+      local = t if local is None else local.add_(t)
+    if local is None and l2g is None:
+      bias = neg  # broadcast over the heads by the kernel
+    else:
+      shape = (batch, nb, heads, block)
+      parts = [((q.new_zeros(()) if p is None else p).expand(shape + (c.stop - c.start,)), c)
+               for p, c in ((local, slice(0, 3 * block)), (l2g, slice(3 * block, kk)))]
+      # Traced (torch.export with autograd; Dynamo, which breaks the graph on a strided
+      # `out=`): one cat + add, which inductor fuses anyway.
+      if torch.compiler.is_compiling() or any(p.requires_grad for p, _ in parts):
+        bias = torch.cat([p for p, _ in parts], dim=-1) + neg
+      else:  # inference: both parts and the mask written straight into one buffer
+        bias = q.new_empty(shape + (kk,))
+        for part, cols in parts:
+          torch.add(part, neg[..., cols], out=bias[..., cols])
+    keys = torch.cat([kl, kg[:, None].expand(batch, nb, g, heads, d)], dim=2)  # [B, nb, kk, H, D]
+    values = torch.cat([vl, vg[:, None].expand(batch, nb, g, heads, d)], dim=2)
+    # Blocks folded into the batch: 4-D inputs, the layout every SDPA kernel (and
+    # inductor's lowering) takes.
+    qb = ql.permute(0, 1, 3, 2, 4).reshape(batch * nb, heads, block, d)
+    keys = keys.permute(0, 1, 3, 2, 4).reshape(batch * nb, heads, kk, d)
+    values = values.permute(0, 1, 3, 2, 4).reshape(batch * nb, heads, kk, d)
+    bias = bias.reshape((batch * nb,) + tuple(bias.shape[2:]))
+    out = F.scaled_dot_product_attention(qb, keys, values, attn_mask=bias, scale=scale)
+    visible = pmask.reshape(batch * nb, 1, block, kk).any(dim=-1, keepdim=True)
+    out = out * visible.to(out.dtype)  # a query with no visible key gets 0, as the reference
+    out = out.reshape(batch, nb, heads, block, d).permute(0, 1, 3, 2, 4)  # [B, nb, b, H, D]
+    return out.reshape(batch, padded, heads, d)[:, :length]
+
+
+class LinformerAttention(nn.Module):
+  """`flaxdoc.nn.linformer.LinformerAttention`: keys/values projected from `N` to `k`."""
+
+  def __init__(self, width: int, heads: int, max_length: int, proj_length: int):
+    super().__init__()
+    d = width // heads
+    self.query, self.key, self.value = (HeadsProjection(width, heads, d) for _ in range(3))
+    self.out = OutProjection(heads, d, width)
+    self.proj_k = _param(proj_length, max_length)
+    self.proj_v = _param(proj_length, max_length)
+    self.max_length = int(max_length)
+
+  def forward(self, x, mask, terms=(), geom=None) -> torch.Tensor:
+    length = x.shape[1]
+    x = _pad_long(x, self.max_length)
+    mask = _pad_long(mask, self.max_length)
+    q, k, v = self.query(x), self.key(x), self.value(x)  # [B, N, H, D]
+    valid = mask[:, :, None, None]
+    k = torch.where(valid, k, torch.zeros_like(k))
+    v = torch.where(valid, v, torch.zeros_like(v))
+    kp = torch.einsum("pn,bnhd->bphd", self.proj_k, k)
+    vp = torch.einsum("pn,bnhd->bphd", self.proj_v, v)
+    scores = torch.einsum("bqhd,bphd->bhqp", q, kp) / math.sqrt(q.shape[-1])
+    w = torch.softmax(scores, dim=-1)
+    return self.out(torch.einsum("bhqp,bphd->bqhd", w, vp))[:, :length]
+
+
+class CosformerAttention(nn.Module):
+  """`flaxdoc.nn.cosformer.CosformerAttention`: relu linear attention with cos re-weighting."""
+
+  def __init__(self, width: int, heads: int, reweight: str, max_length: int,
+               extent: float = 1000.0, eps: float = 1e-4, length: str = "max"):
+    super().__init__()
+    d = width // heads
+    self.query, self.key, self.value = (HeadsProjection(width, heads, d) for _ in range(3))
+    self.out = OutProjection(heads, d, width)
+    self.reweight, self.max_length, self.length = reweight, int(max_length), length
+    self.extent, self.eps = float(extent), float(eps)
+
+  @staticmethod
+  def _cos_factors(p: torch.Tensor, m) -> torch.Tensor:
+    a = math.pi / (2.0 * m)  # m: a number, or [B, 1] per-document lengths
+    p = a * p.to(torch.float32)
+    return torch.stack([torch.cos(p), torch.sin(p)], dim=-1)  # [B, N, 2]
+
+  def _factors(self, mask, geom, length) -> list[torch.Tensor]:
+    batch = mask.shape[0]
+    if self.reweight == "none":
+      return [torch.ones((batch, length, 1), device=mask.device)]
+    if self.reweight == "1d":
+      if self.length == "document":
+        m = torch.clamp(mask.to(torch.float32).sum(-1, keepdim=True), min=1.0)  # [B, 1]
+        return [self._cos_factors(geom["positions"], m)]
+      return [self._cos_factors(geom["positions"], self.max_length or length)]
+    c = geom["centers"]
+    fx = self._cos_factors(c[..., 0], self.extent)
+    fy = self._cos_factors(c[..., 1], self.extent)
+    if self.reweight == "squircle":
+      prod = fx[..., :, None] * fy[..., None, :]
+      return [prod.reshape(prod.shape[:-2] + (4,))]
+    return [fx, fy]
+
+  def forward(self, x, mask, terms=(), geom=None) -> torch.Tensor:
+    q, k, v = self.query(x), self.key(x), self.value(x)
+    valid = mask[:, :, None, None]
+    q = torch.relu(q)
+    k = torch.where(valid, torch.relu(k), torch.zeros_like(k))
+    v = torch.where(valid, v, torch.zeros_like(v))
+    outs = []
+    for f in self._factors(mask, geom, x.shape[1]):
+      f = torch.where(mask[..., None], f, torch.zeros_like(f))
+      kv = torch.einsum("bmhd,bmr,bmhe->bhrde", k, f, v)
+      k_sum = torch.einsum("bmhd,bmr->bhrd", k, f)
+      qw = torch.einsum("bnhd,bnr->bnhrd", q, f)
+      num = torch.einsum("bnhrd,bhrde->bnhe", qw, kv)
+      den = torch.einsum("bnhrd,bhrd->bnh", qw, k_sum)
+      outs.append(num / torch.clamp(den, min=self.eps)[..., None])
+    ctx = outs[0] if len(outs) == 1 else torch.where(outs[0].abs() >= outs[1].abs(), outs[0],
+                                                     outs[1])
+    return self.out(ctx)
+
+
+# ------------------------------------------------------------------ GCN
