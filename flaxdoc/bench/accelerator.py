@@ -2,7 +2,7 @@ r"""Accelerator figures: FormNet-A2 pre-training step, ETC vs dense attention, c
 
     python -m flaxdoc.bench.accelerator [--json] [--parts pretrain attention sdpa]
         [--lengths 1024 4096] [--batches 8 16] [--attention_lengths 2048 8192 16384]
-        [--dtype bfloat16] [--peak_tflops 989] [--local]
+        [--dtype bfloat16] [--peak_tflops 989] [--local] [--profile DIR]
 
 Three tables, each row in its own subprocess (so the device's `peak_bytes_in_use`
 belongs to that row alone):
@@ -160,7 +160,7 @@ def pretrain_batch(batch: int, length: int, s: Sizes) -> dict:
 
 def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes, local: bool,
                  peak_tflops: float, iters: int, ablation: str = "full", prng: str = "threefry",
-                 dropout: bool = True) -> dict:
+                 dropout: bool = True, profile: str | None = None) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
   if prng != "threefry":
     # Dropout masks are drawn with the default PRNG: threefry is many integer ops
@@ -206,13 +206,24 @@ def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes
   seconds = _timed(call, warmup=2, iters=iters)
   loss = float(call())
   tflop = train_step_tflop(length, batch, s)
+  extra = {}
+  if profile:  # three more steps under the profiler, summed by kernel (after the timing)
+    from flaxdoc.bench import profile_summary  # pylint: disable=import-outside-toplevel
+    folder = os.path.join(profile, f"pretrain_{ablation}_{length}x{batch}_{dtype}")
+    with jax.profiler.trace(folder, create_perfetto_trace=True):
+      for _ in range(3):
+        jax.block_until_ready(call())
+    summary = profile_summary.summarise(profile_summary.load_events(folder), top=15)
+    extra = dict(profile=folder, profile_kinds={k["kind"]: round(k["share"], 4)
+                                                for k in summary["kinds"]},
+                 profile_top=[(k["name"][:80], round(k["share"], 4)) for k in summary["kernels"]])
   return dict(part="pretrain", length=length, batch=batch, dtype=dtype, param_dtype=param_dtype,
               step_ms=seconds * 1e3, tokens_per_s=batch * length / seconds, model_tflop=tflop,
               xla_tflop=None if xla is None else xla / 1e12, tflops=tflop / seconds,
               mfu=mfu(tflop, seconds, peak_tflops), peak_gb=_device_peak_gb(),
               compile_s=compile_s, loss=loss, ablation=ablation, prng=prng, dropout=dropout,
               note=os.environ.get("XLA_FLAGS") or None, device=str(jax.devices()[0].device_kind),
-              params=models.count_tree(params))
+              params=models.count_tree(params), **extra)
 
 
 def run_attention(impl: str, length: int, dtype: str, s: Sizes) -> dict:
@@ -312,7 +323,7 @@ def run_one(spec: dict) -> list[dict]:
     return [run_pretrain(spec["length"], spec["batch"], spec["dtype"], spec["param_dtype"], s,
                          spec.get("local", False), spec["peak_tflops"], spec.get("iters", 10),
                          spec.get("ablation", "full"), spec.get("prng", "threefry"),
-                         spec.get("dropout", True))]
+                         spec.get("dropout", True), spec.get("profile"))]
   if part == "attention":
     return [run_attention(spec["impl"], spec["length"], spec["dtype"], s)]
   if part == "sdpa":
@@ -332,7 +343,7 @@ def plan(a) -> list[dict]:
         specs.append(dict(part="pretrain", length=length, batch=batch,
                           param_dtype=a.param_dtype, peak_tflops=a.peak_tflops,
                           iters=a.iters, ablation=a.ablation, prng=a.prng,
-                          dropout=not a.no_dropout, **common_))
+                          dropout=not a.no_dropout, profile=a.profile, **common_))
   if "attention" in a.parts:
     for length in a.attention_lengths:
       for impl in ("etc_rich", "dense"):
@@ -377,6 +388,10 @@ def main(argv=None) -> int:
   p.add_argument("--prng", default="threefry", choices=["threefry", "rbg", "unsafe_rbg"],
                  help="PRNG of the dropout masks (threefry: JAX's default)")
   p.add_argument("--no_dropout", action="store_true", help="time the step without dropout")
+  p.add_argument("--profile", default=None, metavar="DIR",
+                 help="after timing each pre-training row, trace 3 steps into DIR/<row> "
+                      "(jax.profiler, Perfetto JSON) and print time by kernel kind "
+                      "(flaxdoc.bench.profile_summary)")
   p.add_argument("--json", action="store_true")
   p.add_argument("--out", default=None, help="also append JSON rows to this file as they come")
   p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: one spec in-process
@@ -396,6 +411,9 @@ def main(argv=None) -> int:
     if not a.json:
       for r in new:
         print("#", json.dumps(r), flush=True)
+        if r.get("profile_kinds"):
+          kinds = ", ".join(f"{k} {100 * v:.1f}%" for k, v in r["profile_kinds"].items())
+          print(f"#   kernel time by kind ({r['profile']}): {kinds}", flush=True)
   for part, columns, title in (
       ("pretrain", COLUMNS_PRETRAIN, "FormNet-A2 pre-training step (MLM)"),
       ("attention", COLUMNS_ATTENTION, "encoder forward, ETC vs dense attention"),

@@ -50,7 +50,8 @@ def test_plan_skips_steps_over_the_token_budget():
   a = type("A", (), dict(parts=["pretrain", "sdpa"], lengths=[1024, 4096], batches=[8, 32],
                          max_tokens_per_step=65536, attention_lengths=[2048], sdpa_impls=["einsum"],
                          local=True, dtype="bfloat16", param_dtype="float32", peak_tflops=989.0,
-                         iters=2, ablation="full", prng="threefry", no_dropout=False))()
+                         iters=2, ablation="full", prng="threefry", no_dropout=False,
+                         profile=None))()
   specs = acc.plan(a)
   steps = [(s["length"], s["batch"]) for s in specs if s["part"] == "pretrain"]
   assert steps == [(1024, 8), (1024, 32), (4096, 8)]

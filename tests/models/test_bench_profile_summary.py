@@ -1,0 +1,82 @@
+"""`flaxdoc.bench.profile_summary`: kernel time by name and kind, from a Chrome trace."""
+
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from flaxdoc.bench import accelerator as acc
+from flaxdoc.bench import profile_summary as ps
+
+
+def _write(tmp_path, events):
+  f = tmp_path / "plugins" / "profile" / "run" / "perfetto_trace.json.gz"
+  f.parent.mkdir(parents=True)
+  with gzip.open(f, "wt") as fh:
+    json.dump({"traceEvents": events}, fh)
+  return tmp_path
+
+
+def _lane(pid, name):
+  return {"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}}
+
+
+def test_device_lanes_summed_by_name_and_kind(tmp_path):
+  x = lambda pid, name, dur: {"ph": "X", "pid": pid, "name": name, "dur": dur, "ts": 0}  # noqa
+  events = [_lane(1, "/device:GPU:0"), _lane(2, "/host:CPU"),
+            x(1, "sm90_xmma_gemm_bf16", 50.0), x(1, "sm90_xmma_gemm_bf16", 30.0),
+            x(1, "scatter_add_fusion", 60.0), x(1, "loop_gather_fusion", 20.0),
+            x(1, "input_reduce_fusion", 10.0), x(1, "loop_multiply_fusion", 25.0),
+            x(1, "cudnn_flash_fprop", 5.0),
+            x(2, "PjitFunction(step)", 1000.0)]  # host work is not kernel time
+  s = ps.summarise(ps.load_events(_write(tmp_path, events)))
+  assert s["lanes"] == ["/device:GPU:0"]
+  assert s["total_us"] == pytest.approx(200.0)
+  kinds = {k["kind"]: k["us"] for k in s["kinds"]}
+  assert kinds == {"matmul": 80.0, "scatter": 60.0, "gather": 20.0, "reduce": 10.0,
+                   "fusion": 25.0, "attention": 5.0}
+  assert [k["kind"] for k in s["kinds"]][:2] == ["matmul", "scatter"]  # largest first
+  top = s["kernels"][0]
+  assert (top["name"], top["us"], top["count"], top["share"]) == (
+      "sm90_xmma_gemm_bf16", 80.0, 2, pytest.approx(0.4))
+  assert sum(k["share"] for k in s["kinds"]) == pytest.approx(1.0)
+  text = ps.format_summary(s)
+  assert "scatter" in text and "30.0%" in text
+
+
+def test_missing_and_broken_traces_name_the_path(tmp_path):
+  with pytest.raises(ps.TraceError, match="no such"):
+    ps.find_trace(tmp_path / "nope")
+  with pytest.raises(ps.TraceError, match="perfetto_trace"):
+    ps.find_trace(tmp_path)
+  bad = tmp_path / "bad.json.gz"
+  bad.write_bytes(b"not gzip")
+  with pytest.raises(ps.TraceError, match="bad.json.gz"):
+    ps.load_events(bad)
+  assert ps.main([str(tmp_path / "nope")]) == 1
+
+
+def test_a_real_cpu_trace_has_the_jitted_kernels(tmp_path):
+  import jax
+  import jax.numpy as jnp
+  f = jax.jit(lambda a: jnp.tanh(a @ a).sum())
+  a = jnp.asarray(np.ones((128, 128), np.float32))
+  f(a).block_until_ready()
+  with jax.profiler.trace(str(tmp_path), create_perfetto_trace=True):
+    for _ in range(3):
+      f(a).block_until_ready()
+  s = ps.summarise(ps.load_events(tmp_path))
+  assert s["total_us"] > 0 and s["kernels"]
+  assert not any(k["name"].startswith("$") for k in s["kernels"])  # Python frames dropped
+  assert sum(k["share"] for k in s["kinds"]) == pytest.approx(1.0)
+
+
+@pytest.mark.slow
+def test_accelerator_profile_flag_writes_a_trace_and_its_summary(tmp_path):
+  row = acc.run_one(dict(part="pretrain", length=64, batch=2, dtype="float32",
+                         param_dtype="float32", local=True, peak_tflops=1.0, iters=1,
+                         profile=str(tmp_path)))[0]
+  assert row["profile"].startswith(str(tmp_path))
+  assert ps.find_trace(row["profile"]).exists()
+  assert sum(row["profile_kinds"].values()) == pytest.approx(1.0, abs=1e-3)
