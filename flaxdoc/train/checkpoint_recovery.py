@@ -155,9 +155,6 @@ class DigestWriter:
       return  # digests are local-filesystem only
     self._futures.append(self._pool.submit(_write_committed_digest, path))
 
-  def pending(self) -> int:
-    return sum(not f.done() for f in self._futures)
-
   def wait(self):
     futures, self._futures = self._futures, []
     concurrent.futures.wait(futures)
