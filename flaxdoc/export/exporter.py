@@ -82,6 +82,7 @@ def export_workdir(workdir: str, out_dir: str, config_arg: str | None = None) ->
   from flaxdoc.train.inference import restore_for_inference
   config = load_train_config(workdir, config_arg)
   env, params, _ = restore_for_inference(config, workdir)
+  config = env.config  # resolved (init_from=hf:DIR sizes and tokenizer) by the experiment
   fc = env.feature_config
   names = make_tag_names(fc.labels, fc.scheme) if fc.labels else []
   cfg = export_config(env.model, feature_config=fc, tag_names=names,

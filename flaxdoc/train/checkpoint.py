@@ -11,13 +11,15 @@ One `CheckpointManager` per workdir (`WORKDIR/checkpoints/<step>/{state,data,met
 Retention: the latest `keep` checkpoints plus the best one by `eval/f1`.
 Checkpoints are never pickled (Orbax / TensorStore / JSON only).
 
-Damage (`checkpoint_recovery`): each committed step gets a sha256 digest, and
+Damage (`checkpoint_recovery`): each committed step gets a sha256 digest, written
+on a background thread (`wait_until_finished` / `close` wait for it), and
 `restore` without a step falls back from a damaged newest step to the newest
 one that restores, with one warning line per skipped step.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import weakref
@@ -31,11 +33,25 @@ from flaxdoc.train import checkpoint_recovery as recovery
 
 log = logging.getLogger(__name__)
 
-# Steps this process saved whose digest is not written yet (their save may still be running).
-_PENDING_DIGESTS: "weakref.WeakKeyDictionary[ocp.CheckpointManager, list[int]]" = (
+BEST_METRIC = "eval/f1"
+
+
+@dataclasses.dataclass
+class _Digests:
+  """This process's digest work for one manager."""
+  # Retention may delete the newest-but-one step during the next save only when it
+  # keeps a single latest step; then that step's digest must be done before the save.
+  keep: int = 1
+  saved: list[int] = dataclasses.field(default_factory=list)  # save maybe still running
+  writer: recovery.DigestWriter = dataclasses.field(default_factory=recovery.DigestWriter)
+
+
+_DIGESTS: "weakref.WeakKeyDictionary[ocp.CheckpointManager, _Digests]" = (
     weakref.WeakKeyDictionary())
 
-BEST_METRIC = "eval/f1"
+
+def _digests(manager: ocp.CheckpointManager) -> _Digests:
+  return _DIGESTS.setdefault(manager, _Digests())
 
 
 def make_manager(workdir: str, *, keep: int = 2, keep_best: bool = True,
@@ -53,8 +69,10 @@ def make_manager(workdir: str, *, keep: int = 2, keep_best: bool = True,
   )
   directory = checkpoint_dir(workdir)
   recovery.install_test_pause()
-  return ocp.CheckpointManager(directory, options=options,
-                               item_names=("state", "data", "meta"))
+  manager = ocp.CheckpointManager(directory, options=options,
+                                  item_names=("state", "data", "meta"))
+  _DIGESTS[manager] = _Digests(keep=int(keep))
+  return manager
 
 
 def is_remote(path: str) -> bool:
@@ -71,10 +89,20 @@ def checkpoint_dir(workdir: str) -> str:
 
 def save(manager: ocp.CheckpointManager, step: int, state: Any, *, data_state: dict | None = None,
          meta: dict | None = None, metrics: dict | None = None, force: bool = False) -> bool:
-  """Starts an (async) save of `state` and the iterator state at `step`."""
+  """Starts an (async) save of `state` and the iterator state at `step`.
+
+  Hashing runs off this thread: the previous step's digest is queued here and
+  written while training goes on. Only digests queued at the save before (a whole
+  checkpoint interval ago) are waited for, because this save's retention may
+  delete their steps.
+  """
+  digests = _digests(manager)
+  digests.writer.wait()
   # Orbax waits for the previous save before starting this one anyway; waiting
-  # here first lets us digest that step once it has committed.
-  wait_until_finished(manager)
+  # here first tells us that step has committed, so its digest can be queued.
+  _queue_committed(manager)
+  if digests.keep < 2:
+    digests.writer.wait()
   args = ocp.args.Composite(
       state=ocp.args.StandardSave(state),
       data=ocp.args.JsonSave(data_state or {}),
@@ -83,21 +111,31 @@ def save(manager: ocp.CheckpointManager, step: int, state: Any, *, data_state: d
   saved = manager.save(int(step), args=args, metrics=_scalar_metrics(metrics), force=force)
   if saved:
     log.info("checkpoint: saving step %d to %s", step, manager.directory)
-    _PENDING_DIGESTS.setdefault(manager, []).append(int(step))
+    digests.saved.append(int(step))
   return saved
 
 
-def wait_until_finished(manager: ocp.CheckpointManager):
-  """Waits for the running save, then writes the digest of every step it committed."""
+def _queue_committed(manager: ocp.CheckpointManager):
+  """Waits for the running save and queues the digests of the steps it committed."""
   manager.wait_until_finished()
-  pending = _PENDING_DIGESTS.pop(manager, [])
+  digests = _digests(manager)
+  steps, digests.saved = digests.saved, []
   if jax.process_index() != 0:
-    return
-  for step in pending:
-    path = recovery.step_dir(str(manager.directory), step)
-    if recovery.is_remote(path) or not os.path.exists(os.path.join(path, recovery.COMMIT_MARKER)):
-      continue  # removed by retention already, or remote
-    recovery.write_digest(path)
+    return  # one writer: the step folders are shared
+  for step in steps:
+    digests.writer.submit(recovery.step_dir(str(manager.directory), step))
+
+
+def wait_until_finished(manager: ocp.CheckpointManager):
+  """Waits for the running save and for the digests of every step saved so far."""
+  _queue_committed(manager)
+  _digests(manager).writer.wait()
+
+
+def close(manager: ocp.CheckpointManager):
+  """`wait_until_finished` (saves and digests), then closes the manager."""
+  wait_until_finished(manager)
+  manager.close()
 
 
 def latest_step(manager: ocp.CheckpointManager) -> int | None:

@@ -10,8 +10,10 @@ What this module adds (`checkpoint.py` calls it; its API is unchanged):
 * a digest per step: once a save has committed, `flaxdoc.sha256` (sha256sum
   format, so `sha256sum -c flaxdoc.sha256` works in the step folder) records
   every file of the step, so a truncated, missing or bit-flipped file is caught
-  before TensorStore reads it. Steps written before this existed (or killed
-  between the commit and the digest) have no digest: that check is skipped
+  before TensorStore reads it. `DigestWriter` hashes on a background thread
+  (reading gigabytes of a large model's step would otherwise stall training).
+  Steps written before this existed, killed between the commit and the digest,
+  or whose digest is still being written have no digest: that check is skipped
   for them and Orbax's own read errors still mark them damaged;
 * cheap checks before a restore: the commit marker is there, the JSON metadata
   parses, the digest matches;
@@ -31,6 +33,7 @@ commit marker and metadata ones, plus Orbax's read errors.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import json
 import logging
@@ -118,6 +121,43 @@ def write_digest(path: str) -> str | None:
     f.writelines(lines)
   os.replace(tmp, target)
   return target
+
+
+def _write_committed_digest(path: str) -> str | None:
+  """`write_digest` for a step that may be gone (retention) or uncommitted: logs, never raises."""
+  try:
+    if not os.path.exists(os.path.join(path, COMMIT_MARKER)):
+      return None  # removed by retention already, or the save failed
+    return write_digest(path)
+  except FileNotFoundError:
+    log.info("checkpoint %s was removed while its digest was written; no digest", path)
+  except OSError as e:  # the digest is an extra check: its failure must not stop training
+    log.warning("could not write the digest of checkpoint %s: %s", path, one_line(e))
+  return None
+
+
+class DigestWriter:
+  """Writes step digests on one background thread, in submission order.
+
+  `submit` returns at once; `wait` blocks until every digest submitted so far is
+  written. Threads of a `ThreadPoolExecutor` are joined at interpreter exit, so
+  a normal exit also waits for the submitted digests (a kill loses them: that
+  step then restores without the digest check, like one saved before digests).
+  """
+
+  def __init__(self):
+    self._pool = concurrent.futures.ThreadPoolExecutor(
+        max_workers=1, thread_name_prefix="flaxdoc-digest")
+    self._futures: list[concurrent.futures.Future] = []
+
+  def submit(self, path: str):
+    if is_remote(path):
+      return  # digests are local-filesystem only
+    self._futures.append(self._pool.submit(_write_committed_digest, path))
+
+  def wait(self):
+    futures, self._futures = self._futures, []
+    concurrent.futures.wait(futures)
 
 
 def _digest_reason(path: str) -> str | None:

@@ -5,7 +5,8 @@
 
 Three things happen, so that no other flag is needed:
 
-1. `resolve_config` (before the run's `config.json` is written): the model's sizes
+1. `resolve_config` (once, in `flaxdoc.train.setup.Experiment.create`, the entry every
+   mode goes through; the run's `config.json` is written from it): the model's sizes
    come from the checkpoint's `config.json` - width, heads, MLP, LayerNorm epsilon,
    and, for models with learned 1D positions, the position table, RoBERTa's position
    offset and the type vocabulary - overriding the variant table. Depth is the
@@ -15,7 +16,7 @@ Three things happen, so that no other flag is needed:
    the resolved sizes and tokenizer, so eval / predict / export / resume need only
    the workdir.
 2. `import_params` (after initialisation, not on resume): the checkpoint's tensors
-   replace the fresh ones through `flaxdoc.export.hf_import`, for every family: the
+   replace the fresh ones through `flaxdoc.models.hf_checkpoint`, for every family: the
    dense encoders (LAGaBi, DocPolarBERT, LayoutLM and its LSPE / squircle / cross
    variants) take embeddings and layers; Linformer / cosFormer take the shared layer
    tensors, their own projections stay new; FormNet is *lifted* as ETC lifts RoBERTa:
@@ -44,6 +45,8 @@ import jax
 import ml_collections
 import numpy as np
 
+from flaxdoc.models import hf_checkpoint
+
 log = logging.getLogger(__name__)
 
 HF_PREFIX = "hf:"
@@ -61,24 +64,11 @@ def hf_folder(init_from: str | None) -> str | None:
 
 @functools.lru_cache(maxsize=8)
 def read_hf_config(folder: str) -> dict:
-  """The checkpoint's `config.json` (errors name the folder)."""
-  from flaxdoc.export.hf_import import HFImportError  # pylint: disable=import-outside-toplevel
-  if not os.path.isdir(folder):
-    raise HFImportError(f"config.init_from=hf:{folder}: {folder!r} is not a directory (expected "
-                        "a Hugging Face checkpoint folder: config.json + model.safetensors or "
-                        "pytorch_model.bin; nothing is downloaded)")
-  path = os.path.join(folder, "config.json")
-  if not os.path.isfile(path):
-    raise HFImportError(f"config.init_from=hf:{folder}: {path} not found (a Hugging Face "
-                        "checkpoint folder holds config.json beside its weights)")
+  """The checkpoint's `config.json`, read once per process (errors name the flag and folder)."""
   try:
-    with open(path, encoding="utf-8") as f:
-      value = json.load(f)
-  except json.JSONDecodeError as e:
-    raise HFImportError(f"{path}: not valid JSON ({e})") from None
-  if not isinstance(value, dict):
-    raise HFImportError(f"{path}: expected a JSON object")
-  return value
+    return hf_checkpoint.read_config(folder)
+  except hf_checkpoint.HFImportError as e:
+    raise hf_checkpoint.HFImportError(f"config.init_from=hf:{folder}: {e}") from None
 
 
 def _uses_learned_positions(model: ml_collections.ConfigDict) -> bool:
@@ -86,13 +76,15 @@ def _uses_learned_positions(model: ml_collections.ConfigDict) -> bool:
 
 
 def resolve_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """`config` with the checkpoint's sizes and tokenizer (a copy; `config` itself if not `hf:`)."""
+  """`config` with the checkpoint's sizes and tokenizer (a copy; `config` itself if not `hf:`).
+
+  Idempotent: a resolved config resolves to the same values, with nothing logged.
+  """
   folder = hf_folder(config.get("init_from"))
   if folder is None:
     return config
-  from flaxdoc.export import hf_import  # pylint: disable=import-outside-toplevel
   hf = read_hf_config(folder)
-  sizes = hf_import.model_config_overrides(hf, folder)
+  sizes = hf_checkpoint.model_config_overrides(hf, folder)
   out = copy.deepcopy(config)
   m = out.model
   changes = {}
@@ -128,11 +120,10 @@ def check_vocabulary(config: ml_collections.ConfigDict, tokenizer) -> int:
   folder = hf_folder(config.get("init_from"))
   if folder is None:
     return int(tokenizer.vocab_size)
-  from flaxdoc.export.hf_import import HFImportError  # pylint: disable=import-outside-toplevel
   hf = read_hf_config(folder)
   rows = int(hf.get("vocab_size", tokenizer.vocab_size))
   if tokenizer.vocab_size > rows:
-    raise HFImportError(
+    raise hf_checkpoint.HFImportError(
         f"{os.path.join(folder, 'config.json')}: field 'vocab_size' is {rows}, but the tokenizer "
         f"({config.data.tokenizer}) has {tokenizer.vocab_size} pieces: its ids would index past "
         "the checkpoint's word_embeddings; use the folder's own tokenizer (leave "
@@ -142,10 +133,11 @@ def check_vocabulary(config: ml_collections.ConfigDict, tokenizer) -> int:
 
 
 @functools.lru_cache(maxsize=4)
-def _mapped_names(folder: str, num_heads: int) -> frozenset:
-  from flaxdoc.export import hf_import  # pylint: disable=import-outside-toplevel
-  _, state = hf_import.read_checkpoint(folder)
-  converted, _ = hf_import.convert_state_dict(state, num_heads)
+def _mapped_names(folder: str) -> frozenset:
+  # The checkpoint's own head count: the one resolve_config gives the model, so the
+  # mask needs no resolved config (eval / predict pass theirs before or after resolving).
+  heads = int(hf_checkpoint.required_field(read_hf_config(folder), "num_attention_heads", folder))
+  converted, _ = hf_checkpoint.convert_state_dict(hf_checkpoint.read_weights(folder), heads)
   return frozenset(converted)
 
 
@@ -171,8 +163,7 @@ def pretrained_mask(config: ml_collections.ConfigDict) -> Callable[[Any], Any] |
   if folder is None:
     raise ValueError("config.optim.pretrained_lr_scale / freeze_pretrained_steps need "
                      "config.init_from=hf:DIR (they act on the imported parameters)")
-  heads = int(resolve_config(config).model.num_heads)
-  names = _mapped_names(folder, heads)
+  names = _mapped_names(folder)
 
   def mask(params):
     return jax.tree_util.tree_map_with_path(lambda p, _: _path_name(p) in names, params)
@@ -185,13 +176,12 @@ def import_params(config: ml_collections.ConfigDict, params: Any, workdir: str |
 
   `config` is the resolved config (`resolve_config`). Writes `WORKDIR/init_report.json`.
   """
-  from flaxdoc.export import hf_import, weights  # pylint: disable=import-outside-toplevel
   folder = hf_folder(config.init_from)
-  hf, state = hf_import.read_checkpoint(folder)
-  merged, report = hf_import.import_state_dict(
-      state, params, num_heads=int(config.model.num_heads),
-      architecture_name=hf_import.architecture(hf, folder), source=folder)
-  flat = weights.flatten_params(merged)
+  hf = read_hf_config(folder)
+  merged, report = hf_checkpoint.import_state_dict(
+      hf_checkpoint.read_weights(folder), params, num_heads=int(config.model.num_heads),
+      architecture_name=hf_checkpoint.architecture(hf, folder), source=folder)
+  flat = hf_checkpoint.flat_params(merged)
 
   def place(path, old):
     new = np.asarray(flat[_path_name(path)], dtype=old.dtype)

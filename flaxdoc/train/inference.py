@@ -24,7 +24,7 @@ from flax import linen as nn
 from flaxdoc import metrics as metrics_lib
 from flaxdoc.train import checkpoint as ckpt_lib
 from flaxdoc.train import evaluate as eval_lib
-from flaxdoc.train import hf_init, optimizer, setup
+from flaxdoc.train import hf_init, linking, optimizer, setup
 from flaxdoc.train import sharding as sharding_lib
 from flaxdoc.train import state as state_lib
 from flaxdoc.train.input_pipeline import featurize_split
@@ -37,6 +37,7 @@ def restore_for_inference(config: ml_collections.ConfigDict, workdir: str):
   mesh = sharding_lib.make_mesh(dict(config.mesh.shape))
   rules = sharding_lib.rules_from_config(config.mesh.get("rules"))
   env = setup.Experiment.create(config)
+  config = env.config  # init_from=hf:DIR resolved once, by the experiment
   oc = ml_collections.ConfigDict(config.optim.to_dict())
   oc.total_steps = config.total_steps
   tx, _ = optimizer.make_optimizer(oc, pretrained=hf_init.pretrained_mask(config))
@@ -70,7 +71,6 @@ def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                           config.eval_batch_size, progress=True)
   report = metrics_lib.format_report(scores)
   if env.linking is not None:  # entity linking: relation scores (flaxdoc.train.linking)
-    from flaxdoc.train import linking  # pylint: disable=import-outside-toplevel
     scores["relations"] = env.linking.evaluate(
         feats, preds, linking.link_fn_for(config, env.model, params), config.eval_batch_size)
     report += "\nkey -> value relations: " + linking.summary(scores["relations"])
@@ -118,7 +118,6 @@ def run_predict(config: ml_collections.ConfigDict, workdir: str) -> str:
                                  progress=True)
   pairs = [[] for _ in docs]
   if env.linking is not None:  # key -> value pairs (flaxdoc.train.linking)
-    from flaxdoc.train import linking  # pylint: disable=import-outside-toplevel
     pairs = linking.document_pairs(env.linking, docs, feats, preds,
                                    linking.link_fn_for(config, env.model, params),
                                    config.eval_batch_size)

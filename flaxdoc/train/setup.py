@@ -1,7 +1,10 @@
 """What every mode needs from a config: tokenizer, feature config, model, data.
 
 `Experiment.create(config)` reads `config.data` and `config.model` once, so the
-train, eval and predict paths build their inputs the same way.
+train, eval and predict paths build their inputs the same way. It is also the one
+place an `init_from=hf:DIR` config is resolved (`hf_init.resolve_config`): callers
+use `experiment.config` from then on, so the checkpoint's `config.json` is read and
+its sizes applied (and logged) once per run.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from flaxdoc.data.document import Document
 from flaxdoc.data.features import FeatureConfig, batch_features, featurize
 from flaxdoc.train import checkpoint as ckpt_lib
 from flaxdoc.train import checkpoint_recovery
-from flaxdoc.train import hf_init
+from flaxdoc.train import hf_init, linking
 from flaxdoc.train.input_pipeline import FeaturizedSplit, featurize_split
 
 log = logging.getLogger(__name__)
@@ -46,7 +49,8 @@ class Experiment:
   @classmethod
   def create(cls, config: ml_collections.ConfigDict) -> "Experiment":
     from flaxdoc import models  # pylint: disable=import-outside-toplevel
-    config = hf_init.resolve_config(config)  # init_from=hf:DIR: the checkpoint's sizes
+    # init_from=hf:DIR: the checkpoint's sizes and tokenizer; the only resolve of a run.
+    config = hf_init.resolve_config(config)
     d = config.data
     tokenizer = tokenizers.load_tokenizer(d.tokenizer)
     if config.mode == "pretrain":
@@ -67,7 +71,6 @@ class Experiment:
                                pretraining=config.mode == "pretrain",
                                dtype=config.get("dtype", "float32"))
     # Entity linking (config.task): a linking head on the encoder, link arrays on windows.
-    from flaxdoc.train import linking  # pylint: disable=import-outside-toplevel
     link_task = linking.LinkingTask.from_config(config, labels)
     if link_task is not None:
       model = model.clone(linking=link_task.spec)

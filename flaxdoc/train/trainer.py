@@ -26,7 +26,7 @@ from jax.experimental import multihost_utils
 
 from flaxdoc.train import checkpoint as ckpt_lib
 from flaxdoc.train import evaluate as eval_lib
-from flaxdoc.train import hf_init, input_pipeline, metrics_writer, optimizer, setup
+from flaxdoc.train import hf_init, input_pipeline, linking, metrics_writer, optimizer, setup
 from flaxdoc.train import sharding as sharding_lib
 from flaxdoc.train import state as state_lib
 
@@ -67,7 +67,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     raise ValueError(f"train_and_evaluate handles modes 'train' and 'pretrain', not {mode!r}")
   if not ckpt_lib.is_remote(workdir):
     os.makedirs(workdir, exist_ok=True)
-  config = hf_init.resolve_config(config)  # init_from=hf:DIR: sizes + tokenizer recorded
+  # The experiment resolves init_from=hf:DIR (sizes + tokenizer) once; the written
+  # config.json and everything below use that resolved config.
+  env = setup.Experiment.create(config)
+  config = env.config
   if jax.process_index() == 0:
     save_config(config, workdir)
   mesh = sharding_lib.make_mesh(dict(config.mesh.shape))
@@ -76,7 +79,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
            jax.process_count())
 
   # --- data
-  env = setup.Experiment.create(config)
   train_split = env.featurized(config.data.train_split, progress=True)
   eval_split = (env.featurized(config.data.eval_split, progress=True)
                 if mode == "train" and config.data.get("eval_split") else None)
@@ -132,7 +134,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     return np.asarray(multihost_utils.process_allgather(out, tiled=True))
 
   if env.linking is not None:  # entity linking (config.task): flaxdoc.train.linking
-    from flaxdoc.train import linking  # pylint: disable=import-outside-toplevel
     link_fn = linking.make_link_fn(model, lambda: state.params, mesh)
 
   writer = metrics_writer.MetricsWriter(workdir)
@@ -192,8 +193,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       if preempt.requested:
         break
   bar.close()
-  ckpt_lib.wait_until_finished(manager)  # + digests
-  manager.close()
+  ckpt_lib.close(manager)  # waits for the last save and its digest
   writer.close()
   last_metrics["step"] = int(state.step)
   last_metrics["train/loss"] = float(metrics["train/loss"]) if int(state.step) > start_step else None

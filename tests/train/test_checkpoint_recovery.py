@@ -11,6 +11,9 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
+import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -123,6 +126,72 @@ def test_training_resume_moves_newer_damaged_steps_aside_and_saves_again(tmp_pat
   ckpt_lib.save(mngr, 2, _state(2, (64, 32)))
   ckpt_lib.wait_until_finished(mngr)
   assert ckpt_lib.restore(mngr, _abstract(_state(0, (64, 32))))[2]["step"] == 2
+
+
+def _digest_path(mngr, step):
+  return os.path.join(recovery.step_dir(str(mngr.directory), step), recovery.DIGEST_FILE)
+
+
+def test_digests_are_hashed_off_the_training_thread(tmp_path, monkeypatch):
+  """A held hash does not delay `save`; a step awaiting its digest restores; `wait` waits."""
+  release = threading.Event()
+  hashed_on = []
+  original = recovery.write_digest
+
+  def held(path):
+    hashed_on.append(threading.current_thread())
+    release.wait(timeout=60)
+    return original(path)
+
+  monkeypatch.setattr(recovery, "write_digest", held)
+  mngr = ckpt_lib.make_manager(str(tmp_path), keep=5, keep_best=False, save_every=1,
+                               async_save=False)
+  ckpt_lib.save(mngr, 1, _state(1, (64, 32)), data_state={"next": 1})
+  start = time.perf_counter()
+  ckpt_lib.save(mngr, 2, _state(2, (64, 32)), data_state={"next": 2})  # queues step 1's digest
+  assert time.perf_counter() - start < 30, "save waited for the held hash"
+  assert not os.path.exists(_digest_path(mngr, 1)) and not os.path.exists(_digest_path(mngr, 2))
+  # No digest yet: restored without that check, like a step saved before digests existed.
+  _, data_state, meta = ckpt_lib.restore(mngr, _abstract(_state(0, (64, 32))))
+  assert meta["step"] == 2 and data_state == {"next": 2}
+  release.set()
+  ckpt_lib.close(mngr)
+  for step in (1, 2):
+    assert os.path.exists(_digest_path(mngr, step))
+    assert recovery.check_step(recovery.step_dir(str(mngr.directory), step)) is None
+  assert hashed_on and threading.main_thread() not in hashed_on
+
+
+def test_keeping_one_step_digests_it_before_retention_removes_it(tmp_path, caplog):
+  mngr = ckpt_lib.make_manager(str(tmp_path), keep=1, keep_best=False, save_every=1,
+                               async_save=False)
+  with caplog.at_level(logging.WARNING):
+    for step in (1, 2, 3):
+      ckpt_lib.save(mngr, step, _state(step, (64, 32)))
+    ckpt_lib.close(mngr)
+  assert mngr.all_steps() == [3] and os.path.exists(_digest_path(mngr, 3))
+  assert not [r for r in caplog.records if "digest" in r.getMessage()]
+
+
+def test_process_exit_waits_for_queued_digests(tmp_path):
+  """A script that never waits still leaves the digest it queued (the worker is joined at exit)."""
+  script = textwrap.dedent(f"""
+      import time
+      import jax.numpy as jnp
+      from flaxdoc.train import checkpoint as ckpt_lib, checkpoint_recovery as recovery
+      original = recovery.write_digest
+      recovery.write_digest = lambda path: (time.sleep(2), original(path))[1]
+      mngr = ckpt_lib.make_manager({str(tmp_path)!r}, keep=5, save_every=1, async_save=False)
+      ckpt_lib.save(mngr, 1, {{"w": jnp.ones(3)}})
+      ckpt_lib.save(mngr, 2, {{"w": jnp.zeros(3)}})  # queues step 1's digest, then exits
+  """)
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+  out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                       timeout=300, check=False)
+  assert out.returncode == 0, out.stderr[-3000:]
+  step_1 = recovery.step_dir(ckpt_lib.checkpoint_dir(str(tmp_path)), 1)
+  assert os.path.exists(os.path.join(step_1, recovery.DIGEST_FILE))
+  assert recovery.check_step(step_1) is None
 
 
 # ------------------------------------------------------- a tiny trained workdir

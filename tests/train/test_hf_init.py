@@ -22,7 +22,7 @@ from flaxdoc.export import hf_import
 from flaxdoc.train import hf_init, optimizer
 
 sys.path.insert(0, os.path.dirname(__file__))
-from tiny import load_config  # noqa: E402  pylint: disable=import-error,wrong-import-position
+from tiny import load_config, tiny_config  # noqa: E402  pylint: disable=import-error,wrong-import-position
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared"
@@ -126,6 +126,35 @@ def test_resolve_config_takes_the_checkpoint_sizes_and_tokenizer():
   config = load_config("configs/lagabi_roberta_base.py", "")
   config.init_from = "/some/pretraining/run"
   assert hf_init.resolve_config(config) is config
+
+
+def _counting(calls, fn):
+  def counted(*args, **kwargs):
+    calls.append(args)
+    return fn(*args, **kwargs)
+  return counted
+
+
+@needs_minilm
+def test_an_hf_run_reads_and_resolves_config_json_once(tmp_path, monkeypatch):
+  """Experiment.create resolves `hf:` once; the trainer, the optimiser's mask and the import reuse it."""
+  from flaxdoc.models import hf_checkpoint  # pylint: disable=import-outside-toplevel
+  from flaxdoc.train import trainer  # pylint: disable=import-outside-toplevel
+  reads, resolves = [], []
+  monkeypatch.setattr(hf_checkpoint, "read_config", _counting(reads, hf_checkpoint.read_config))
+  monkeypatch.setattr(hf_checkpoint, "model_config_overrides",
+                      _counting(resolves, hf_checkpoint.model_config_overrides))
+  hf_init.read_hf_config.cache_clear()  # a fresh process: nothing read yet
+  config = tiny_config(total_steps=1, eval_every=1, checkpoint_every=1)
+  config.init_from = f"hf:{MINILM}"
+  config.optim.pretrained_lr_scale = 0.5  # the optimiser's mask used to resolve again
+  trainer.train_and_evaluate(config, str(tmp_path))
+  assert [a[0] for a in reads] == [str(MINILM)], reads
+  assert len(resolves) == 1
+  saved = json.loads((tmp_path / "config.json").read_text())
+  assert saved["model"]["width"] == 384 and saved["data"]["tokenizer"] == f"hf:{MINILM}"
+  assert json.loads((tmp_path / "init_report.json").read_text())["counts"]["mapped"] > 0
+  hf_init.read_hf_config.cache_clear()
 
 
 def _hidden(model, params, batch):
