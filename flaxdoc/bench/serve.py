@@ -1,7 +1,7 @@
 r"""Serving: whole-pipeline documents per second, from a document to its entities.
 
     python -m flaxdoc.bench.serve [--json] [--quick] [--sizes 1 4 16] [--batch 4]
-        [--rows formnet_jax formnet_torch ...] [--threads N]
+        [--rows formnet_jax formnet_torch ...] [--threads N] [--malloc keep] [--inprocess]
 
 A synthetic document of 1, 4 or 16 pages (`--sizes`; about 500, 2,000 and 8,000
 tokens) goes through every stage a server runs, each timed on its own:
@@ -26,6 +26,11 @@ Rows, all 12 layers x 768 wide (random parameters; `--quick` shrinks them to 2 x
 `--xla_no_thunks` runs the JAX rows on XLA:CPU's older whole-program runtime: one
 16-core run of `flaxdoc.bench.gemm` put it level with PyTorch (see the README; jaxlib
 0.10 warns that the flag is no longer supported, so it is opt-in until confirmed).
+Each row runs in a subprocess of its own (`--inprocess`: all in this one): in one
+process, rows changed each other's times by up to 30% through the allocator's and
+the thread pools' state. `--malloc keep` makes glibc keep large blocks for reuse
+(`keep_large_allocations`): an 8,000-token ETC forward otherwise spends about a
+quarter of its time in page faults.
 `--batch B` adds, per size, a row of `B` documents run as one batch (`b = B`).
 Totals are documents/s and tokens/s; `gflop_per_s` is the matrix-multiply rate of
 the model stage (FLOPs from `flaxdoc.bench.attention.forward_gflop`, plus the GCN's
@@ -39,6 +44,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import subprocess
 import sys
 import time
 
@@ -276,6 +282,60 @@ def targets(rows) -> list[str]:
   return lines
 
 
+def keep_large_allocations() -> bool:
+  """Makes glibc serve large blocks from its heap and keep them (Linux; False elsewhere).
+
+  glibc hands every block above its mmap threshold (at most 32 MB) to the kernel
+  and back, so each fresh `[nb, H, b, 3b]` tensor of an 8,000-token document (about
+  100 MB) costs some 25,000 page faults. Raising the threshold and the trim limit
+  to 1 GB lets such blocks be reused, as jemalloc or tcmalloc (PyTorch's CPU tuning
+  guide) would; it must run before the tensors are first allocated.
+  """
+  import ctypes  # pylint: disable=import-outside-toplevel
+  try:
+    libc = ctypes.CDLL("libc.so.6")
+  except OSError:
+    return False
+  m_trim_threshold, m_mmap_threshold = -1, -3
+  return bool(libc.mallopt(m_mmap_threshold, 1 << 30) and libc.mallopt(m_trim_threshold, 1 << 30))
+
+
+def _measure_row(row: str, pages: int, b: int, a) -> dict:
+  """One row, in a subprocess of its own unless `--inprocess`: rows run in one process
+  changed each other's times by up to 30% (allocator and thread-pool state)."""
+  size = QUICK if a.quick else Size()
+  try:
+    if a.inprocess:
+      return measure(row, pages, b, size, a.quick, a.repeats)
+    spec = dict(row=row, pages=pages, b=b, quick=a.quick, repeats=a.repeats,
+                threads=a.threads, xla_no_thunks=a.xla_no_thunks, malloc=a.malloc)
+    out = subprocess.run([sys.executable, "-m", "flaxdoc.bench.serve", "--one", json.dumps(spec)],
+                         capture_output=True, text=True, timeout=a.timeout, check=False)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not lines:
+      tail = (out.stderr.strip().splitlines() or ["?"])[-1]
+      raise RuntimeError(f"row subprocess exited {out.returncode}: {tail}")
+    return json.loads(lines[-1])
+  except subprocess.TimeoutExpired:
+    return dict(bench="serve", row=row, pages=pages, b=b, error=f"timed out after {a.timeout} s")
+  except Exception as e:  # pylint: disable=broad-except  # one row failing keeps the table
+    return dict(bench="serve", row=row, pages=pages, b=b, error=f"{type(e).__name__}: {e}"[:300])
+
+
+def _run_one(spec: dict) -> dict:
+  common.use_xla_cpu_defaults(spec.get("xla_no_thunks", False))
+  if spec.get("malloc") == "keep":
+    keep_large_allocations()
+  if spec.get("threads"):
+    import torch  # pylint: disable=import-outside-toplevel
+    torch.set_num_threads(spec["threads"])
+  size = QUICK if spec.get("quick") else Size()
+  r = measure(spec["row"], spec["pages"], spec["b"], size, spec.get("quick", False),
+              spec.get("repeats", 2))
+  r["malloc"] = spec.get("malloc", "default")
+  return r
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 16], help="pages per document")
@@ -287,26 +347,35 @@ def main(argv=None) -> int:
   p.add_argument("--quick", action="store_true", help="2 layers x 64, small documents (tests)")
   p.add_argument("--xla_no_thunks", action="store_true",
                  help="XLA:CPU without its thunk runtime (see flaxdoc.bench.common)")
+  p.add_argument("--malloc", default="default", choices=["default", "keep"],
+                 help="keep: glibc keeps large blocks for reuse (keep_large_allocations)")
+  p.add_argument("--inprocess", action="store_true",
+                 help="all rows in this process (default: one subprocess per row)")
+  p.add_argument("--timeout", type=float, default=3600, help="seconds per row subprocess")
   p.add_argument("--json", action="store_true")
+  p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: one row in-process
   a = p.parse_args(argv)
-  common.use_xla_cpu_defaults(a.xla_no_thunks)
-  if a.threads:
-    import torch  # pylint: disable=import-outside-toplevel
-    torch.set_num_threads(a.threads)
-  size = QUICK if a.quick else Size()
+  if a.one:
+    print(json.dumps(_run_one(json.loads(a.one))), flush=True)
+    return 0
+  if a.inprocess:
+    common.use_xla_cpu_defaults(a.xla_no_thunks)
+    if a.malloc == "keep":
+      keep_large_allocations()
+    if a.threads:
+      import torch  # pylint: disable=import-outside-toplevel
+      torch.set_num_threads(a.threads)
   plan = [(row, pages, 1) for pages in a.sizes for row in a.rows]
   if a.batch > 1:
     plan += [(row, a.batch_pages, a.batch) for row in a.rows]
   rows = []
   for row, pages, b in plan:
-    try:
-      r = measure(row, pages, b, size, a.quick, a.repeats)
-    except Exception as e:  # pylint: disable=broad-except  # one row failing keeps the table
-      r = dict(bench="serve", row=row, pages=pages, b=b, error=f"{type(e).__name__}: {e}"[:300])
+    r = _measure_row(row, pages, b, a)
     rows.append(r)
     # Each row as it comes (a long run killed half-way keeps what it measured).
     print(json.dumps(r) if a.json else "# " + json.dumps(r), flush=True)
   if not a.json:
+    size = QUICK if a.quick else Size()
     common.emit(rows, as_json=False, title=f"serve: {size.layers} layers x {size.width}",
                 columns=list(COLUMNS) + ["error"])
     print("\n".join(targets(rows)))

@@ -83,3 +83,25 @@ def test_documents_have_the_planned_token_count(pages):
   for d in docs:
     assert abs(len(features.tokenize_document(d, tok)) - 500 * pages) <= 25 * pages
   assert docs[0].words != docs[1].words  # two different documents, not one twice
+
+
+def test_rows_run_in_subprocesses_and_report_their_allocator(capsys):
+  # The default driver: each row in a subprocess of its own, one JSON line per row.
+  assert serve.main(["--quick", "--json", "--sizes", "1", "--rows", "etc_rich_torch",
+                     "--batch", "0", "--repeats", "1", "--malloc", "keep"]) == 0
+  rows = [__import__("json").loads(line) for line in capsys.readouterr().out.splitlines()
+          if line.startswith("{")]
+  assert len(rows) == 1 and "error" not in rows[0], rows
+  assert rows[0]["malloc"] == "keep" and rows[0]["model_s"] > 0
+
+
+def test_keep_large_allocations_on_linux():
+  import subprocess
+  import sys
+  if not sys.platform.startswith("linux"):
+    pytest.skip("glibc mallopt is Linux-only")
+  # In a child process: the setting is process-wide and should not reach the test run.
+  out = subprocess.run([sys.executable, "-c", "from flaxdoc.bench import serve; "
+                        "print(serve.keep_large_allocations())"],
+                       capture_output=True, text=True, check=True)
+  assert out.stdout.strip() == "True"
