@@ -338,7 +338,8 @@ def _run_one(spec: dict) -> dict:
 
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--sizes", type=int, nargs="+", default=[1, 4, 16], help="pages per document")
+  p.add_argument("--sizes", type=int, nargs="*", default=[1, 4, 16],
+                 help="pages per document (none: only the batched row)")
   p.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
   p.add_argument("--batch", type=int, default=4, help="documents in the batched row (0: none)")
   p.add_argument("--batch_pages", type=int, default=1, help="pages of the batched row's documents")
