@@ -322,13 +322,19 @@ def _measure_row(row: str, pages: int, b: int, a) -> dict:
     return dict(bench="serve", row=row, pages=pages, b=b, error=f"{type(e).__name__}: {e}"[:300])
 
 
-def _run_one(spec: dict) -> dict:
-  common.use_xla_cpu_defaults(spec.get("xla_no_thunks", False))
-  if spec.get("malloc") == "keep":
+def _set_up_process(xla_no_thunks: bool, malloc: str, threads: int | None):
+  """XLA flags, allocator and torch threads: once per process, before any row runs."""
+  common.use_xla_cpu_defaults(xla_no_thunks)
+  if malloc == "keep":
     keep_large_allocations()
-  if spec.get("threads"):
+  if threads:
     import torch  # pylint: disable=import-outside-toplevel
-    torch.set_num_threads(spec["threads"])
+    torch.set_num_threads(threads)
+
+
+def _run_one(spec: dict) -> dict:
+  _set_up_process(spec.get("xla_no_thunks", False), spec.get("malloc", "default"),
+                  spec.get("threads"))
   size = QUICK if spec.get("quick") else Size()
   r = measure(spec["row"], spec["pages"], spec["b"], size, spec.get("quick", False),
               spec.get("repeats", 2))
@@ -360,12 +366,7 @@ def main(argv=None) -> int:
     print(json.dumps(_run_one(json.loads(a.one))), flush=True)
     return 0
   if a.inprocess:
-    common.use_xla_cpu_defaults(a.xla_no_thunks)
-    if a.malloc == "keep":
-      keep_large_allocations()
-    if a.threads:
-      import torch  # pylint: disable=import-outside-toplevel
-      torch.set_num_threads(a.threads)
+    _set_up_process(a.xla_no_thunks, a.malloc, a.threads)
   plan = [(row, pages, 1) for pages in a.sizes for row in a.rows]
   if a.batch > 1:
     plan += [(row, a.batch_pages, a.batch) for row in a.rows]

@@ -142,49 +142,58 @@ class EtcAttention(nn.Module):
     nb = -(-length // block)
     return block, nb, nb * block
 
-  def _long_queries(self, q, k, v, mask, terms, geom) -> torch.Tensor:
-    """The reference form: `[B, N, H, D]` outputs of the long queries."""
+  def _long_blocks(self, q, k, v, mask, terms, geom) -> dict:
+    """What both forms of the long queries share: blocks, masks, additive logits.
+
+    Returns `ql [B, nb, b, H, D]`, `kl`, `vl [B, nb, 3b, H, D]`, `kg`, `vg [B, G, H, D]`,
+    `pmask [B, nb, 1, b, 3b + G]`, and the additive logits, already scaled, or None:
+    `local [B, nb, H, b, 3b]` (relative positions + layout terms) and `l2g [..., 1]`.
+    """
     g, r = self.g, self.radius
-    batch, total, heads, d = q.shape
-    length = total - g
+    length = q.shape[1] - g
     block, nb, padded = self._blocking(length)
-    scale = 1.0 / math.sqrt(d)
-    ql_, kl_, vl_ = q[:, g:], k[:, g:], v[:, g:]
-    kg, vg = k[:, :g], v[:, :g]
-    long_valid, global_valid = mask[:, g:], mask[:, :g]
+    scale = 1.0 / math.sqrt(q.shape[-1])
     blk = lambda a: _split_blocks(_pad_long(a, padded), block)  # noqa: E731
-    ql = blk(ql_)  # [B, nb, b, H, D]
-    kl = _three_blocks(blk(kl_))  # [B, nb, 3b, H, D]
-    vl = _three_blocks(blk(vl_))
-    valid_q = blk(long_valid)  # [B, nb, b]
-    valid_k = _three_blocks(valid_q)  # [B, nb, 3b]
+    ql = blk(q[:, g:])  # [B, nb, b, H, D]
+    valid_q = blk(mask[:, g:])  # [B, nb, b]
     offsets = _local_offsets(block)
     window = torch.tensor(np.abs(offsets) <= r, device=q.device)  # [b, 3b]
-    l2l_mask = window & valid_q[..., :, None] & valid_k[..., None, :]  # [B, nb, b, 3b]
-    l2g_mask = valid_q[..., :, None] & global_valid[:, None, None, :]  # [B, nb, b, G]
-    l2l = torch.einsum("bnqhd,bnkhd->bnhqk", ql, kl)  # [B, nb, H, b, 3b]
-    l2g = torch.einsum("bnqhd,bghd->bnhqg", ql, kg)  # [B, nb, H, b, G]
-    md = ETC_MAX_RELATIVE_DISTANCE
+    l2l_mask = window & valid_q[..., :, None] & _three_blocks(valid_q)[..., None, :]
+    l2g_mask = valid_q[..., :, None] & mask[:, None, None, :g]  # [B, nb, b, G]
+    out = dict(ql=ql, kl=_three_blocks(blk(k[:, g:])), vl=_three_blocks(blk(v[:, g:])),
+               kg=k[:, :g], vg=v[:, :g], block=block, length=length, padded=padded,
+               pmask=torch.cat([l2l_mask, l2g_mask], dim=-1)[:, :, None], local=None, l2g=None)
     if self.relative:
-      member_id = 2 * md + 1
-      bias_hv = self.relative_bias.T  # [H, V]
-      qr = torch.einsum("bnqhd,vhd->bnhqv", ql, self.relative_table) + bias_hv[:, None, :]
+      md = ETC_MAX_RELATIVE_DISTANCE
+      qr = (torch.einsum("bnqhd,vhd->bnhqv", ql, self.relative_table)
+            + self.relative_bias.T[:, None, :]) * scale  # [B, nb, H, b, V]
       ids = torch.tensor(np.clip(offsets, -md, md) + md, dtype=torch.int64, device=q.device)
-      l2l = l2l + torch.gather(qr, -1, ids.expand(qr.shape[:-1] + (3 * block,)))
+      out["local"] = torch.gather(qr, -1, ids.expand(qr.shape[:-1] + (3 * block,)))
       # One global per document: every long token is a member of every global.
-      l2g = l2g + qr[..., member_id:member_id + 1]
-    l2l, l2g = l2l * scale, l2g * scale
+      out["l2g"] = qr[..., 2 * md + 1:2 * md + 2]
     if terms:
-      geom_long = {n: leaf[:, g:] for n, leaf in geom.items()}
-      q_geom = {n: blk(leaf) for n, leaf in geom_long.items()}
+      q_geom = {n: blk(leaf[:, g:]) for n, leaf in geom.items()}
       k_geom = {n: _three_blocks(leaf) for n, leaf in q_geom.items()}
-      l2l = l2l + apply_terms(terms, ql, kl, q_geom, k_geom)
-    pmask = torch.cat([l2l_mask, l2g_mask], dim=-1)[:, :, None]  # [B, nb, 1, b, 3b + G]
-    logits = torch.cat([l2l, l2g], dim=-1)  # [B, nb, H, b, 3b + G]
-    w = masked_softmax(logits, pmask)
-    out_long = (torch.einsum("bnhqk,bnkhd->bnqhd", w[..., :3 * block], vl)
-                + torch.einsum("bnhqg,bghd->bnqhd", w[..., 3 * block:], vg))
-    return out_long.reshape(batch, padded, heads, d)[:, :length]
+      t = apply_terms(terms, ql, out["kl"], q_geom, k_geom)
+      out["local"] = t if out["local"] is None else out["local"].add_(t)
+    return out
+
+  def _long_queries(self, q, k, v, mask, terms, geom) -> torch.Tensor:
+    """The reference form (einsum + masked softmax): `[B, N, H, D]` long-query outputs."""
+    x = self._long_blocks(q, k, v, mask, terms, geom)
+    batch, _, heads, d = q.shape
+    block = x["block"]
+    scale = 1.0 / math.sqrt(d)
+    l2l = torch.einsum("bnqhd,bnkhd->bnhqk", x["ql"], x["kl"]) * scale  # [B, nb, H, b, 3b]
+    l2g = torch.einsum("bnqhd,bghd->bnhqg", x["ql"], x["kg"]) * scale  # [B, nb, H, b, G]
+    if x["local"] is not None:
+      l2l = l2l + x["local"]
+    if x["l2g"] is not None:
+      l2g = l2g + x["l2g"]
+    w = masked_softmax(torch.cat([l2l, l2g], dim=-1), x["pmask"])  # [B, nb, H, b, 3b + G]
+    out_long = (torch.einsum("bnhqk,bnkhd->bnqhd", w[..., :3 * block], x["vl"])
+                + torch.einsum("bnhqg,bghd->bnqhd", w[..., 3 * block:], x["vg"]))
+    return out_long.reshape(batch, x["padded"], heads, d)[:, :x["length"]]
 
   def _global_queries(self, q, k, v, mask) -> torch.Tensor:
     """The `G` global queries see every token: `[B, G, H, D]`."""
@@ -219,40 +228,13 @@ class EtcAttention(nn.Module):
     The additive parts (relative positions, layout terms) and the mask are written once
     into one `[B, nb, H, b, 3b + G]` float mask; `q.k` comes from the SDPA kernel.
     """
-    g, r = self.g, self.radius
-    batch, total, heads, d = q.shape
-    length = total - g
-    block, nb, padded = self._blocking(length)
-    kk = 3 * block + g
-    scale = 1.0 / math.sqrt(d)
-    blk = lambda a: _split_blocks(_pad_long(a, padded), block)  # noqa: E731
-    ql = blk(q[:, g:])  # [B, nb, b, H, D]
-    kl, vl = _three_blocks(blk(k[:, g:])), _three_blocks(blk(v[:, g:]))  # [B, nb, 3b, H, D]
-    kg, vg = k[:, :g], v[:, :g]
-    valid_q = blk(mask[:, g:])  # [B, nb, b]
-    valid_k = _three_blocks(valid_q)  # [B, nb, 3b]
-    offsets = _local_offsets(block)
-    window = torch.tensor(np.abs(offsets) <= r, device=q.device)  # [b, 3b]
-    l2l_mask = window & valid_q[..., :, None] & valid_k[..., None, :]  # [B, nb, b, 3b]
-    l2g_mask = valid_q[..., :, None] & mask[:, None, None, :g]  # [B, nb, b, G]
-    pmask = torch.cat([l2l_mask, l2g_mask], dim=-1)[:, :, None]  # [B, nb, 1, b, 3b + G]
+    x = self._long_blocks(q, k, v, mask, terms, geom)
+    batch, _, heads, d = q.shape
+    g, block, pmask = self.g, x["block"], x["pmask"]
+    nb, kk = x["ql"].shape[1], 3 * block + self.g
     # Head-shared 0 / BIG_NEG: the mask enters as one add, not a select over all heads.
     neg = torch.where(pmask, 0.0, BIG_NEG).to(q.dtype)
-    local = None  # [B, nb, H, b, 3b]: what is added to the local logits
-    l2g = None
-    if self.relative:
-      md = ETC_MAX_RELATIVE_DISTANCE
-      qr = (torch.einsum("bnqhd,vhd->bnhqv", ql, self.relative_table)
-            + self.relative_bias.T[:, None, :]) * scale  # [B, nb, H, b, V]
-      ids = torch.tensor(np.clip(offsets, -md, md) + md, dtype=torch.int64, device=q.device)
-      local = torch.gather(qr, -1, ids.expand(qr.shape[:-1] + (3 * block,)))
-      l2g = qr[..., 2 * md + 1:2 * md + 2]  # every long token is a member of every global
-    if terms:
-      geom_long = {n: leaf[:, g:] for n, leaf in geom.items()}
-      q_geom = {n: blk(leaf) for n, leaf in geom_long.items()}
-      k_geom = {n: _three_blocks(leaf) for n, leaf in q_geom.items()}
-      t = apply_terms(terms, ql, kl, q_geom, k_geom)
-      local = t if local is None else local.add_(t)
+    local, l2g = x["local"], x["l2g"]
     if local is None and l2g is None:
       bias = neg  # broadcast over the heads by the kernel
     else:
@@ -267,19 +249,21 @@ class EtcAttention(nn.Module):
         bias = q.new_empty(shape + (kk,))
         for part, cols in parts:
           torch.add(part, neg[..., cols], out=bias[..., cols])
-    keys = torch.cat([kl, kg[:, None].expand(batch, nb, g, heads, d)], dim=2)  # [B, nb, kk, H, D]
-    values = torch.cat([vl, vg[:, None].expand(batch, nb, g, heads, d)], dim=2)
+    kg, vg = x["kg"], x["vg"]  # keys: the 3 local blocks, then the globals: [B, nb, kk, H, D]
+    keys = torch.cat([x["kl"], kg[:, None].expand(batch, nb, g, heads, d)], dim=2)
+    values = torch.cat([x["vl"], vg[:, None].expand(batch, nb, g, heads, d)], dim=2)
     # Blocks folded into the batch: 4-D inputs, the layout every SDPA kernel (and
     # inductor's lowering) takes.
-    qb = ql.permute(0, 1, 3, 2, 4).reshape(batch * nb, heads, block, d)
+    qb = x["ql"].permute(0, 1, 3, 2, 4).reshape(batch * nb, heads, block, d)
     keys = keys.permute(0, 1, 3, 2, 4).reshape(batch * nb, heads, kk, d)
     values = values.permute(0, 1, 3, 2, 4).reshape(batch * nb, heads, kk, d)
     bias = bias.reshape((batch * nb,) + tuple(bias.shape[2:]))
-    out = F.scaled_dot_product_attention(qb, keys, values, attn_mask=bias, scale=scale)
+    out = F.scaled_dot_product_attention(qb, keys, values, attn_mask=bias,
+                                         scale=1.0 / math.sqrt(d))
     visible = pmask.reshape(batch * nb, 1, block, kk).any(dim=-1, keepdim=True)
     out = out * visible.to(out.dtype)  # a query with no visible key gets 0, as the reference
     out = out.reshape(batch, nb, heads, block, d).permute(0, 1, 3, 2, 4)  # [B, nb, b, H, D]
-    return out.reshape(batch, padded, heads, d)[:, :length]
+    return out.reshape(batch, x["padded"], heads, d)[:, :x["length"]]
 
 
 class LinformerAttention(nn.Module):
