@@ -75,23 +75,31 @@ def test_dense_sdpa_equals_masked_softmax(with_terms):
   np.testing.assert_allclose(fast, slow, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("relative,with_terms,grad", [
-    (False, True, False), (True, True, False), (True, False, False), (False, False, False),
-    (True, True, True)])
-def test_etc_sdpa_equals_blocked_masked_softmax(relative, with_terms, grad):
-  # `grad`: parameters that require grad take the traced (`torch.export`) assembly of the
-  # additive mask instead of the in-place one inference uses.
+@pytest.mark.parametrize("relative,with_terms,grad,query_block,globals_", [
+    (False, True, False, None, 2), (True, True, False, None, 2), (True, False, False, None, 2),
+    (False, False, False, None, 2), (True, True, True, None, 2),
+    # Query blocks of 1, one that does not divide the 17 tokens, and one longer than them.
+    (True, True, False, 1, 2), (False, True, False, 5, 2), (True, True, False, 40, 2),
+    (True, True, False, 3, 0), (False, True, True, 6, 1)])
+def test_etc_sdpa_equals_blocked_masked_softmax(relative, with_terms, grad, query_block,
+                                                globals_):
+  # `grad`: parameters that require grad take the concatenating form (the CPU kernel with
+  # a log-sum-exp takes no gradient for the mask) instead of the global-key merge.
   g = torch.Generator().manual_seed(11)
-  attn = L.EtcAttention(width=16, heads=2, local_radius=3, num_globals=2,
+  attn = L.EtcAttention(width=16, heads=2, local_radius=3, num_globals=globals_,
                         relative_positions=relative)
+  if query_block:
+    attn.query_block = query_block
   rich = L.RichAttentionTerm(heads=2, head_dim=8, axes=("x", "y"))
   _randomise(attn, 3)
   _randomise(rich, 4)
-  total = 2 + 17  # 17 long tokens: 5 blocks of 4, the last one padded
+  total = globals_ + 17  # 17 long tokens: the reference's 5 blocks of 4, the last padded
   x = torch.randn(2, total, 16, generator=g)
   mask = torch.ones(2, total, dtype=torch.bool)
   mask[1, 12:] = False
-  mask[1, 1] = False  # an invalid global
+  mask[0, globals_ + 4:globals_ + 9] = False  # a run of padding inside a document
+  if globals_ > 1:
+    mask[1, 1] = False  # an invalid global
   geom = {"centers": 1000 * torch.rand(2, total, 2, generator=g)}
   terms = [rich] if with_terms else []
   if grad:
@@ -106,6 +114,28 @@ def test_etc_sdpa_equals_blocked_masked_softmax(relative, with_terms, grad):
   else:
     fast, slow = _both(attn, x, mask, terms, geom)
   np.testing.assert_allclose(fast, slow, atol=1e-5, rtol=0)
+
+
+def test_etc_global_merge_equals_concatenated_keys(monkeypatch):
+  # The global keys merged through the kernel's log-sum-exp == appended to every window
+  # (the form used off CPU, or without the op): both against the reference, two globals,
+  # one of them invalid, and a document whose long tokens are all padding.
+  from flaxdoc.export.torch import attention as attention_lib
+  g = torch.Generator().manual_seed(5)
+  attn = L.EtcAttention(width=16, heads=2, local_radius=4, num_globals=2, relative_positions=True)
+  rich = L.RichAttentionTerm(heads=2, head_dim=8, axes=("x", "y"))
+  _randomise(attn, 6)
+  _randomise(rich, 7)
+  x = torch.randn(3, 2 + 23, 16, generator=g)
+  mask = torch.ones(3, 2 + 23, dtype=torch.bool)
+  mask[1, 0] = False
+  mask[2, 2:] = False
+  geom = {"centers": 1000 * torch.rand(3, 2 + 23, 2, generator=g)}
+  merged, slow = _both(attn, x, mask, [rich], geom)
+  monkeypatch.setattr(attention_lib, "_flash_with_lse", lambda: None)
+  concatenated, _ = _both(attn, x, mask, [rich], geom)
+  np.testing.assert_allclose(merged, slow, atol=1e-5, rtol=0)
+  np.testing.assert_allclose(concatenated, slow, atol=1e-5, rtol=0)
 
 
 @pytest.fixture(scope="module")

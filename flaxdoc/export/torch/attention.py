@@ -3,7 +3,7 @@
 | torch | Flax twin |
 |---|---|
 | `DenseSelfAttention` | `flaxdoc.nn.attention` (masked float32 softmax, empty rows -> 0) |
-| `EtcAttention` | `flaxdoc.nn.etc_attention` (blocked: 3 key blocks + globals) |
+| `EtcAttention` | `flaxdoc.nn.etc_attention` (reference: Flax's 3 key blocks; fast: sliding windows) |
 | `LinformerAttention`, `CosformerAttention` | `flaxdoc.nn.linformer`, `flaxdoc.nn.cosformer` |
 
 Each has a reference form (einsum + `masked_softmax`, what the tests compare with) and,
@@ -107,11 +107,32 @@ def _local_offsets(block: int) -> np.ndarray:
   return (k - block) - q  # [b, 3b]
 
 
+def _pad_for_windows(x: torch.Tensor, block: int, radius: int, nb: int) -> torch.Tensor:
+  """`[B, N, ...]` -> `[B, nb * block + 2 radius, ...]`: `radius` zeros before, the rest
+  after; `.unfold(1, block + 2 radius, block)` of it views the keys each query block sees,
+  tokens `n * block - radius` to `(n + 1) * block + radius - 1`, with no copy per window."""
+  def zeros(m):
+    return x.new_zeros((x.shape[0], m) + tuple(x.shape[2:]))
+  return torch.cat([zeros(radius), x, zeros(nb * block - x.shape[1] + radius)], dim=1)
+
+
+def _window_offsets(block: int, radius: int) -> np.ndarray:
+  """`[b, b + 2r]` key minus query position inside `_pad_for_windows` windows."""
+  return (np.arange(block + 2 * radius)[None, :] - radius) - np.arange(block)[:, None]
+
+
+def _flash_with_lse():
+  """PyTorch's CPU flash-attention op, which also returns the log-sum-exp (None if absent)."""
+  return getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
 class EtcAttention(nn.Module):
   """`flaxdoc.nn.etc_attention.EtcAttention`: blocked global-local attention, `O(N * 3b)`.
 
-  `x [B, G + N, E]` holds the `G` global tokens first; long queries see 3 key blocks
-  (masked to `|i - j| <= r`) plus all globals, global queries see everything.
+  `x [B, G + N, E]` holds the `G` global tokens first; long queries see the keys with
+  `|i - j| <= r` plus all globals, global queries see everything. The reference form
+  blocks as Flax does (blocks of `r + 1`, 3 key blocks each); the fast one uses smaller
+  query blocks over sliding key windows (`query_block`), the same attention.
   """
 
   def __init__(self, width: int, heads: int, local_radius: int, num_globals: int,
@@ -127,6 +148,10 @@ class EtcAttention(nn.Module):
       self.relative_table = _param(vocab, heads, d)
       self.relative_bias = _param(vocab, heads)
     self.fast = True
+    # The fast path's query block: `b` queries see `b + 2r` keys, so smaller blocks waste
+    # fewer keys (the reference's `r + 1` blocks see `3(r + 1)`: 255 at r = 84, 196 here),
+    # down to where the kernel's per-block overhead wins. Set before the first call.
+    self.query_block = max(8, (self.radius + 1) // 3)
 
   def forward(self, x, mask, terms=(), geom=None) -> torch.Tensor:
     q, k, v = self.query(x), self.key(x), self.value(x)  # [B, G+N, H, D]
@@ -143,7 +168,7 @@ class EtcAttention(nn.Module):
     return block, nb, nb * block
 
   def _long_blocks(self, q, k, v, mask, terms, geom) -> dict:
-    """What both forms of the long queries share: blocks, masks, additive logits.
+    """The reference form's blocks (Flax's), masks and additive logits.
 
     Returns `ql [B, nb, b, H, D]`, `kl`, `vl [B, nb, 3b, H, D]`, `kg`, `vg [B, G, H, D]`,
     `pmask [B, nb, 1, b, 3b + G]`, and the additive logits, already scaled, or None:
@@ -223,47 +248,123 @@ class EtcAttention(nn.Module):
     return out_global
 
   def _fast_long_queries(self, q, k, v, mask, terms, geom) -> torch.Tensor:
-    """The long queries through fused attention, every block one batch entry.
+    """The long queries through fused attention over sliding key windows.
 
-    The additive parts (relative positions, layout terms) and the mask are written once
-    into one `[B, nb, H, b, 3b + G]` float mask; `q.k` comes from the SDPA kernel.
+    Query block `n` (`c = query_block` tokens) sees the `c + 2r` keys around it, a strided
+    view of the padded keys (no copy per window), every block one batch entry of the
+    kernel. The additive parts (relative positions, layout terms) and the mask are one
+    float mask `[B * nb, H, c, c + 2r]`. The globals' keys are merged afterwards through
+    the kernel's log-sum-exp (CPU), so the windows are never copied to append them.
     """
-    x = self._long_blocks(q, k, v, mask, terms, geom)
+    g, r, c = self.g, self.radius, int(self.query_block)
     batch, _, heads, d = q.shape
-    g, block, pmask = self.g, x["block"], x["pmask"]
-    nb, kk = x["ql"].shape[1], 3 * block + self.g
+    length = q.shape[1] - g
+    nb = -(-length // c)
+    padded, kk = nb * c, c + 2 * r
+    scale = 1.0 / math.sqrt(d)
+    q_long, k_long, v_long = q[:, g:], k[:, g:], v[:, g:]
+
+    def blk(a):  # [B, N, ...] -> [B, nb, c, ...]
+      return _split_blocks(_pad_long(a, padded), c)
+
+    def win(a):  # [B, N, ...] -> [B, nb, kk, ...] (a view of one padded copy)
+      return _pad_for_windows(a, c, r, nb).unfold(1, kk, c).movedim(-1, 2)
+
+    q_pad, k_pad = _pad_long(q_long, padded), _pad_for_windows(k_long, c, r, nb)
+    ql = _split_blocks(q_pad, c)  # [B, nb, c, H, D]
+    kw = k_pad.unfold(1, kk, c).movedim(-1, 2)  # [B, nb, kk, H, D]
+    vw = win(v_long)
+    valid_q = blk(mask[:, g:])  # [B, nb, c]
+    offsets = _window_offsets(c, r)
+    window = torch.tensor(np.abs(offsets) <= r, device=q.device)  # [c, kk]
+    l2l_mask = window & valid_q[..., :, None] & win(mask[:, g:])[..., None, :]
+    l2g_mask = valid_q[..., :, None] & mask[:, None, None, :g]  # [B, nb, c, G]
     # Head-shared 0 / BIG_NEG: the mask enters as one add, not a select over all heads.
-    neg = torch.where(pmask, 0.0, BIG_NEG).to(q.dtype)
-    local, l2g = x["local"], x["l2g"]
-    if local is None and l2g is None:
-      bias = neg  # broadcast over the heads by the kernel
-    else:
-      shape = (batch, nb, heads, block)
-      parts = [((q.new_zeros(()) if p is None else p).expand(shape + (c.stop - c.start,)), c)
-               for p, c in ((local, slice(0, 3 * block)), (l2g, slice(3 * block, kk)))]
-      # Traced (torch.export with autograd; Dynamo, which breaks the graph on a strided
-      # `out=`): one cat + add, which inductor fuses anyway.
-      if torch.compiler.is_compiling() or any(p.requires_grad for p, _ in parts):
-        bias = torch.cat([p for p, _ in parts], dim=-1) + neg
-      else:  # inference: both parts and the mask written straight into one buffer
-        bias = q.new_empty(shape + (kk,))
-        for part, cols in parts:
-          torch.add(part, neg[..., cols], out=bias[..., cols])
-    kg, vg = x["kg"], x["vg"]  # keys: the 3 local blocks, then the globals: [B, nb, kk, H, D]
-    keys = torch.cat([x["kl"], kg[:, None].expand(batch, nb, g, heads, d)], dim=2)
-    values = torch.cat([x["vl"], vg[:, None].expand(batch, nb, g, heads, d)], dim=2)
-    # Blocks folded into the batch: 4-D inputs, the layout every SDPA kernel (and
-    # inductor's lowering) takes.
-    qb = x["ql"].permute(0, 1, 3, 2, 4).reshape(batch * nb, heads, block, d)
-    keys = keys.permute(0, 1, 3, 2, 4).reshape(batch * nb, heads, kk, d)
-    values = values.permute(0, 1, 3, 2, 4).reshape(batch * nb, heads, kk, d)
+    neg = torch.where(l2l_mask, 0.0, BIG_NEG).to(q.dtype)[:, :, None]  # [B, nb, 1, c, kk]
+    local, l2g = None, None
+    if self.relative:
+      md = ETC_MAX_RELATIVE_DISTANCE
+      qr = (torch.einsum("bnqhd,vhd->bnhqv", ql, self.relative_table)
+            + self.relative_bias.T[:, None, :]) * scale  # [B, nb, H, c, V]
+      ids = torch.tensor(np.clip(offsets, -md, md) + md, dtype=torch.int64, device=q.device)
+      local = torch.gather(qr, -1, ids.expand(qr.shape[:-1] + (kk,)))
+      l2g = qr[..., 2 * md + 1:2 * md + 2]  # every long token is a member of every global
+    if terms:
+      t = self._window_terms(terms, q_pad, k_pad, ql, kw, geom, blk, win)
+      local = t if local is None else local.add_(t)
+    bias = neg if local is None else local.add_(neg)  # [B, nb, H | 1, c, kk]
+    qb = ql.reshape(batch * nb, c, heads, d).transpose(1, 2)  # views (kernels take strides)
+    kb = kw.permute(0, 1, 3, 2, 4).reshape(batch * nb, heads, kk, d)
+    vb = vw.permute(0, 1, 3, 2, 4).reshape(batch * nb, heads, kk, d)
     bias = bias.reshape((batch * nb,) + tuple(bias.shape[2:]))
-    out = F.scaled_dot_product_attention(qb, keys, values, attn_mask=bias,
-                                         scale=1.0 / math.sqrt(d))
-    visible = pmask.reshape(batch * nb, 1, block, kk).any(dim=-1, keepdim=True)
-    out = out * visible.to(out.dtype)  # a query with no visible key gets 0, as the reference
-    out = out.reshape(batch, nb, heads, block, d).permute(0, 1, 3, 2, 4)  # [B, nb, b, H, D]
-    return out.reshape(batch, x["padded"], heads, d)[:, :x["length"]]
+    flash = _flash_with_lse()
+    # (The op takes no gradient for the mask: a trained bias goes the concatenating way.)
+    if g and flash is not None and q.device.type == "cpu" and not bias.requires_grad:
+      out, lse = flash(qb, kb, vb, attn_mask=bias, scale=scale)  # [B*nb, H, c, D], [B*nb, H, c]
+      out = self._merge_globals(out.reshape(batch, nb, heads, c, d),
+                                lse.reshape(batch, nb, heads, c, 1), ql, l2g, l2g_mask,
+                                k[:, :g], v[:, :g], scale)
+    else:
+      if g:  # the globals appended to every window (a copy of the windows)
+        kg = k[:, None, :g].expand(batch, nb, g, heads, d).permute(0, 1, 3, 2, 4)
+        vg = v[:, None, :g].expand(batch, nb, g, heads, d).permute(0, 1, 3, 2, 4)
+        kb = torch.cat([kb, kg.reshape(batch * nb, heads, g, d)], dim=2)
+        vb = torch.cat([vb, vg.reshape(batch * nb, heads, g, d)], dim=2)
+        g_bias = torch.where(l2g_mask, 0.0, BIG_NEG).to(q.dtype)[:, :, None]  # [B, nb, 1, c, G]
+        if l2g is not None:
+          g_bias = g_bias + l2g
+        g_bias = g_bias.reshape((batch * nb,) + tuple(g_bias.shape[2:]))
+        hb = max(bias.shape[1], g_bias.shape[1])  # 1 (mask only) or H
+        bias = torch.cat([bias.expand(-1, hb, -1, -1), g_bias.expand(-1, hb, -1, -1)], dim=-1)
+      out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=bias, scale=scale)
+      out = out.reshape(batch, nb, heads, c, d)
+    visible = l2l_mask.any(dim=-1) | l2g_mask.any(dim=-1)  # [B, nb, c]
+    out = out * visible[:, :, None, :, None].to(out.dtype)  # no visible key: 0, as the reference
+    out = out.permute(0, 1, 3, 2, 4)  # [B, nb, c, H, D]
+    return out.reshape(batch, padded, heads, d)[:, :length]
+
+  def _window_terms(self, terms, q_pad, k_pad, ql, kw, geom, blk, win) -> torch.Tensor:
+    """The layout terms on the query blocks and their key windows: `[B, nb, H | 1, c, kk]`.
+
+    A term that projects tokens (Rich Attention) projects the padded queries and keys
+    once, then blocks / windows the projections (`[2A, B, nb, H, c | kk]`, tokens last);
+    the others see the blocked queries and windowed keys.
+    """
+    g = self.g
+    c, kk = ql.shape[2], kw.shape[2]
+    q_geom = {n: blk(leaf[:, g:]) for n, leaf in geom.items()}
+    k_geom = {n: win(leaf[:, g:]) for n, leaf in geom.items()}
+    total = None
+    for term in terms:
+      if getattr(term, "fast", False) and hasattr(term, "token_projections"):
+        pq = term.token_projections(q_pad, "q")  # [2A, B, H, nb * c]
+        pq = pq.reshape(pq.shape[:-1] + (-1, c)).transpose(-3, -2)  # [2A, B, nb, H, c]
+        pk = term.token_projections(k_pad, "k").unfold(-1, kk, c).transpose(-3, -2)
+        t = term.pairwise(pq, pk, q_geom, k_geom)
+      else:
+        t = term(ql, kw, q_geom, k_geom)
+      t = t.to(torch.float32)
+      total = t if total is None else total + t
+    return total
+
+  @staticmethod
+  def _merge_globals(out, lse, ql, l2g, l2g_mask, kg, vg, scale) -> torch.Tensor:
+    """Adds the `G` global keys to attention computed over the local windows alone.
+
+    `out [B, nb, H, c, D]` and its log-sum-exp `lse [B, nb, H, c, 1]` over the local keys;
+    the softmax over local + global keys is `(e^lse out + sum_g e^s_g v_g) / (e^lse +
+    sum_g e^s_g)`, taken relative to the largest exponent. A row with no visible local
+    key has `lse` about `BIG_NEG`, so its weight vanishes as in one joint softmax.
+    """
+    s_g = torch.einsum("bnqhd,bghd->bnhqg", ql, kg) * scale  # [B, nb, H, c, G]
+    if l2g is not None:
+      s_g = s_g + l2g
+    s_g = torch.where(l2g_mask[:, :, None], s_g, float("-inf"))
+    top = torch.maximum(lse, s_g.amax(dim=-1, keepdim=True))  # finite: lse is
+    w_local = torch.exp(lse - top)
+    w_global = torch.exp(s_g - top)  # [B, nb, H, c, G]
+    num = out * w_local + torch.einsum("bnhqg,bghd->bnhqd", w_global, vg)
+    return num / (w_local + w_global.sum(dim=-1, keepdim=True))
 
 
 class LinformerAttention(nn.Module):
