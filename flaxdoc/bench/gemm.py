@@ -28,7 +28,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 from flaxdoc.bench import common
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Collection, Iterable, Iterator, TypeVar
 
 from flaxdoc.data.datasets import DatasetNotFoundError
-from flaxdoc.data.document import DocumentError
+from flaxdoc.data.document import Document, DocumentError
 from flaxdoc.data.report import LoadReport
 
 T = TypeVar("T")

@@ -27,7 +27,6 @@ Command line:
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import functools
 import json
