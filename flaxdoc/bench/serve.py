@@ -230,7 +230,8 @@ def run_pipeline(docs, runner, tokenizer, fc, fc_nograph, tag_names) -> dict:
               entities=entities)
 
 
-def measure(row: str, pages: int, b: int, size: Size, quick: bool, repeats: int) -> dict:
+def measure(row: str, pages: int, b: int, size: Size, quick: bool, repeats: int,
+            pad_multiple: int | None = None) -> dict:
   from flaxdoc import tags as tags_lib  # pylint: disable=import-outside-toplevel
   from flaxdoc.data import features, synthetic, tokenizers  # pylint: disable=import-outside-toplevel
   tokenizer = tokenizers.load_tokenizer("default")
@@ -238,7 +239,7 @@ def measure(row: str, pages: int, b: int, size: Size, quick: bool, repeats: int)
   tag_names = tags_lib.tag_names(labels, "BIOES")
   docs = make_documents(pages, b, quick, tokenizer)
   doc_tokens = max(len(features.tokenize_document(d, tokenizer)) for d in docs)
-  max_len = window_length(doc_tokens, 128 if quick else 512)
+  max_len = window_length(doc_tokens, pad_multiple or (128 if quick else 512))
   fc, fc_nograph = feature_configs(row, max_len, labels)
   example = features.batch_features(features.featurize(docs[0], tokenizer, fc)[:1])
   example = {k: v for k, v in example.items() if k in MODEL_KEYS}
@@ -306,9 +307,10 @@ def _measure_row(row: str, pages: int, b: int, a) -> dict:
   size = QUICK if a.quick else Size()
   try:
     if a.inprocess:
-      return measure(row, pages, b, size, a.quick, a.repeats)
+      return measure(row, pages, b, size, a.quick, a.repeats, a.pad_multiple)
     spec = dict(row=row, pages=pages, b=b, quick=a.quick, repeats=a.repeats,
-                threads=a.threads, xla_no_thunks=a.xla_no_thunks, malloc=a.malloc)
+                threads=a.threads, xla_no_thunks=a.xla_no_thunks, malloc=a.malloc,
+                pad_multiple=a.pad_multiple)
     out = subprocess.run([sys.executable, "-m", "flaxdoc.bench.serve", "--one", json.dumps(spec)],
                          capture_output=True, text=True, timeout=a.timeout, check=False)
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
@@ -337,7 +339,7 @@ def _run_one(spec: dict) -> dict:
                   spec.get("threads"))
   size = QUICK if spec.get("quick") else Size()
   r = measure(spec["row"], spec["pages"], spec["b"], size, spec.get("quick", False),
-              spec.get("repeats", 2))
+              spec.get("repeats", 2), spec.get("pad_multiple"))
   r["malloc"] = spec.get("malloc", "default")
   return r
 
@@ -350,6 +352,9 @@ def main(argv=None) -> int:
   p.add_argument("--batch", type=int, default=4, help="documents in the batched row (0: none)")
   p.add_argument("--batch_pages", type=int, default=1, help="pages of the batched row's documents")
   p.add_argument("--repeats", type=int, default=2)
+  p.add_argument("--pad_multiple", type=int, default=None,
+                 help="one-window rows pad tokens + [CLS]/[SEP] up to a multiple of this "
+                      "(default 512; 128 with --quick); LayoutLM always uses 512-token windows")
   p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
   p.add_argument("--quick", action="store_true", help="2 layers x 64, small documents (tests)")
   p.add_argument("--xla_no_thunks", action="store_true",

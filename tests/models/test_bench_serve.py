@@ -105,3 +105,9 @@ def test_keep_large_allocations_on_linux():
                         "print(serve.keep_large_allocations())"],
                        capture_output=True, text=True, check=True)
   assert out.stdout.strip() == "True"
+
+
+def test_pad_multiple_sets_the_one_window_length():
+  r = serve.measure("etc_rich_torch", 1, 1, serve.QUICK, True, 1, pad_multiple=64)
+  assert r["length"] == serve.window_length(r["tokens"], 64)
+  assert r["length"] % 64 == 0 and r["length"] - 64 < r["tokens"] + 2 <= r["length"]
