@@ -2,6 +2,7 @@ r"""Serving: whole-pipeline documents per second, from a document to its entitie
 
     python -m flaxdoc.bench.serve [--json] [--quick] [--sizes 1 4 16] [--batch 4]
         [--rows formnet_jax formnet_torch ...] [--threads N] [--malloc keep] [--inprocess]
+        [--pad_multiple 512]
 
 A synthetic document of 1, 4 or 16 pages (`--sizes`; about 500, 2,000 and 8,000
 tokens) goes through every stage a server runs, each timed on its own:
@@ -36,7 +37,11 @@ Totals are documents/s and tokens/s; `gflop_per_s` is the matrix-multiply rate o
 the model stage (FLOPs from `flaxdoc.bench.attention.forward_gflop`, plus the GCN's
 for FormNet rows). The table also prints the targets of issue 14: the PyTorch
 ETC + Rich row against windowed LayoutLM (>= 1.25x at 2,048 tokens, >= 1.3x at
-8,000; eager against eager, compiled against compiled where both rows ran) and the graph + featurise (<= 10%) and decode (<= 5%) shares.
+8,000; eager against eager, compiled against compiled where both rows ran) and the
+graph + featurise (<= 10%) and decode (<= 5%) shares. Rows measured one after another
+drift with the machine's speed (15-30% on a shared 2-core host); `bench.serve_paired`
+times the model rows in alternation for the ratios. `--pad_multiple` sets what the
+one-window rows pad to (512 by default; a server bucketing by 128 pads less).
 """
 
 from __future__ import annotations
