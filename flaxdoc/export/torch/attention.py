@@ -330,7 +330,7 @@ class EtcAttention(nn.Module):
     once, then blocks / windows the projections (`[2A, B, nb, H, c | kk]`, tokens last);
     the others see the blocked queries and windowed keys.
     """
-    g = self.g
+    g, r = self.g, self.radius
     c, kk = ql.shape[2], kw.shape[2]
     q_geom = {n: blk(leaf[:, g:]) for n, leaf in geom.items()}
     k_geom = {n: win(leaf[:, g:]) for n, leaf in geom.items()}
@@ -340,7 +340,12 @@ class EtcAttention(nn.Module):
         pq = term.token_projections(q_pad, "q")  # [2A, B, H, nb * c]
         pq = pq.reshape(pq.shape[:-1] + (-1, c)).transpose(-3, -2)  # [2A, B, nb, H, c]
         pk = term.token_projections(k_pad, "k").unfold(-1, kk, c).transpose(-3, -2)
-        t = term.pairwise(pq, pk, q_geom, k_geom)
+        # Coordinates axis-first, tokens last: contiguous along the keys like pk.
+        coords = torch.stack([term._coordinate(geom, a)[:, g:] for a in term.axes])  # [A, B, N]
+        cq = F.pad(coords, (0, ql.shape[1] * c - coords.shape[-1]))
+        cq = cq.reshape(cq.shape[:-1] + (-1, c))  # [A, B, nb, c]
+        ck = F.pad(coords, (r, ql.shape[1] * c - coords.shape[-1] + r)).unfold(-1, kk, c)
+        t = term.pairwise(pq, pk, q_geom, k_geom, cq, ck)
       else:
         t = term(ql, kw, q_geom, k_geom)
       t = t.to(torch.float32)

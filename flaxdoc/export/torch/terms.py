@@ -109,15 +109,17 @@ class RichAttentionTerm(nn.Module):
     out = out.reshape((w.shape[-1], heads) + tuple(x.shape[:-2]))  # [2A, H, ..., N]
     return out.movedim(1, -2)  # [2A, ..., H, N]
 
-  def pairwise(self, pq: torch.Tensor, pk: torch.Tensor, q_geom, k_geom) -> torch.Tensor:
+  def pairwise(self, pq: torch.Tensor, pk: torch.Tensor, q_geom, k_geom, cq=None,
+               ck=None) -> torch.Tensor:
     """The logits from per-token projections: `pq [2A, ..., H, Q]`, `pk [2A, ..., H, K]`
-    (`token_projections`, possibly blocked) -> `[..., H, Q, K]`."""
+    (`token_projections`, possibly blocked) -> `[..., H, Q, K]`. `cq [A, ..., Q]`, `ck [A,
+    ..., K]`: the coordinates axis-first (contiguous per axis), else read from the geometry."""
     a = len(self.axes)
     half_theta = self.theta.abs() * math.sqrt(0.5)  # [H, A]
     total = None
     for i, axis in enumerate(self.axes):
-      ci = self._coordinate(q_geom, axis)[..., None, :, None]  # [..., 1, Q, 1]
-      cj = self._coordinate(k_geom, axis)[..., None, None, :]  # [..., 1, 1, K]
+      ci = (self._coordinate(q_geom, axis) if cq is None else cq[i])[..., None, :, None]
+      cj = (self._coordinate(k_geom, axis) if ck is None else ck[i])[..., None, None, :]
       sign = torch.where(ci < cj, 1.0, -1.0)  # [..., 1, Q, K], shared by the heads
       log_dist = torch.log1p(torch.abs(ci - cj))
       th = half_theta[:, i, None]  # [H, 1]
