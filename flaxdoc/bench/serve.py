@@ -264,7 +264,7 @@ def measure(row: str, pages: int, b: int, size: Size, quick: bool, repeats: int,
               tokens_per_s=b * doc_tokens / total, gflop=gflop,
               gflop_per_s=gflop / r["model_s"] if r["model_s"] > 0 else None,
               graph_feat_pct=100 * (r["featurise_s"] + r["graph_s"]) / total,
-              decode_pct=100 * r["decode_s"] / total, warmup_s=warmup_s,
+              decode_pct=100 * r["decode_s"] / total, warmup_s=warmup_s, repeats=repeats,
               entities=first["entities"], layers=size.layers, width=size.width)
 
 

@@ -10,8 +10,11 @@ process and the rows are timed round-robin, one model call each per round, so a 
 minute slows all of them alike. Each round gives a ratio to the baseline row; the
 median of those paired ratios is what this prints, beside each row's median time.
 
-Only the model stage is timed: featurising, the graph and decoding are the same for
-every row and `bench.serve` reports them (each under 2% of a document's time).
+Only the model stage is timed: featurising, the graph and decoding differ little
+between rows and `bench.serve` reports them (decode at most 2% of a document's time).
+Rows run one after another in one process changed each other's times (allocator and
+thread-pool state); in alternation that affects every row in every round alike, which
+is why only the ratios are reported from here.
 """
 
 from __future__ import annotations

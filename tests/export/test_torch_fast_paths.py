@@ -80,7 +80,8 @@ def test_dense_sdpa_equals_masked_softmax(with_terms):
     (False, False, False, None, 2), (True, True, True, None, 2),
     # Query blocks of 1, one that does not divide the 17 tokens, and one longer than them.
     (True, True, False, 1, 2), (False, True, False, 5, 2), (True, True, False, 40, 2),
-    (True, True, False, 3, 0), (False, True, True, 6, 1)])
+    (True, True, False, 3, 0), (False, True, True, 6, 1), (False, True, False, 28, 1),
+    (True, False, False, 2, 1)])
 def test_etc_sdpa_equals_blocked_masked_softmax(relative, with_terms, grad, query_block,
                                                 globals_):
   # `grad`: parameters that require grad take the concatenating form (the CPU kernel with
@@ -131,11 +132,50 @@ def test_etc_global_merge_equals_concatenated_keys(monkeypatch):
   mask[1, 0] = False
   mask[2, 2:] = False
   geom = {"centers": 1000 * torch.rand(3, 2 + 23, 2, generator=g)}
+  assert attention_lib._flash_with_lse() is not None  # this torch has the CPU op: it is tested
   merged, slow = _both(attn, x, mask, [rich], geom)
   monkeypatch.setattr(attention_lib, "_flash_with_lse", lambda: None)
   concatenated, _ = _both(attn, x, mask, [rich], geom)
   np.testing.assert_allclose(merged, slow, atol=1e-5, rtol=0)
   np.testing.assert_allclose(concatenated, slow, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("relative,with_terms", [(False, False), (True, True)])
+def test_etc_fast_path_gradients_equal_the_reference(relative, with_terms):
+  # The log-sum-exp merge passes no gradient through the kernel's log-sum-exp, so with
+  # gradients the fast path must take the concatenating form, even when the mask alone
+  # (no relative ids, no terms) carries none.
+  g = torch.Generator().manual_seed(21)
+  attn = L.EtcAttention(width=16, heads=2, local_radius=3, num_globals=2,
+                        relative_positions=relative)
+  rich = L.RichAttentionTerm(heads=2, head_dim=8, axes=("x", "y"))
+  _randomise(attn, 8)
+  _randomise(rich, 9)
+  x0 = torch.randn(2, 2 + 13, 16, generator=g)
+  mask = torch.ones(2, 2 + 13, dtype=torch.bool)
+  mask[1, 9:] = False
+  geom = {"centers": 1000 * torch.rand(2, 2 + 13, 2, generator=g)}
+  terms = [rich] if with_terms else []
+  grads = []
+  for fast in (True, False):
+    L.set_fast_paths(attn, fast)
+    x = x0.clone().requires_grad_(True)
+    attn.zero_grad()
+    (attn(x, mask, terms, geom) ** 2).sum().backward()
+    grads.append((x.grad.numpy().copy(), attn.query.kernel.grad.numpy().copy()))
+  L.set_fast_paths(attn, True)
+  for got, want in zip(grads[0], grads[1]):
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_etc_with_no_long_tokens_returns_the_globals_only():
+  attn = L.EtcAttention(width=16, heads=2, local_radius=3, num_globals=2, relative_positions=False)
+  _randomise(attn, 10)
+  x = torch.randn(1, 2, 16)
+  mask = torch.ones(1, 2, dtype=torch.bool)
+  fast, slow = _both(attn, x, mask, [], {})
+  assert fast.shape == (1, 2, 16)
+  np.testing.assert_allclose(fast, slow, atol=1e-5, rtol=0)
 
 
 @pytest.fixture(scope="module")

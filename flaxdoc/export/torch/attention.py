@@ -110,7 +110,8 @@ def _local_offsets(block: int) -> np.ndarray:
 def _pad_for_windows(x: torch.Tensor, block: int, radius: int, nb: int) -> torch.Tensor:
   """`[B, N, ...]` -> `[B, nb * block + 2 radius, ...]`: `radius` zeros before, the rest
   after; `.unfold(1, block + 2 radius, block)` of it views the keys each query block sees,
-  tokens `n * block - radius` to `(n + 1) * block + radius - 1`, with no copy per window."""
+  tokens `n * block - radius` to `(n + 1) * block + radius - 1`, with no copy per window
+  (at batch 1)."""
   def zeros(m):
     return x.new_zeros((x.shape[0], m) + tuple(x.shape[2:]))
   return torch.cat([zeros(radius), x, zeros(nb * block - x.shape[1] + radius)], dim=1)
@@ -251,7 +252,8 @@ class EtcAttention(nn.Module):
     """The long queries through fused attention over sliding key windows.
 
     Query block `n` (`c = query_block` tokens) sees the `c + 2r` keys around it, a strided
-    view of the padded keys (no copy per window), every block one batch entry of the
+    view of the padded keys (no copy per window at batch 1; folding a larger batch into
+    the kernel's batch copies the windows once), every block one batch entry of the
     kernel. The additive parts (relative positions, layout terms) and the mask are one
     float mask `[B * nb, H, c, c + 2r]`. The globals' keys are merged afterwards through
     the kernel's log-sum-exp (CPU), so the windows are never copied to append them.
@@ -259,6 +261,8 @@ class EtcAttention(nn.Module):
     g, r, c = self.g, self.radius, int(self.query_block)
     batch, _, heads, d = q.shape
     length = q.shape[1] - g
+    if length == 0:  # globals only
+      return q.new_zeros((batch, 0, heads, d))
     nb = -(-length // c)
     padded, kk = nb * c, c + 2 * r
     scale = 1.0 / math.sqrt(d)
@@ -276,7 +280,9 @@ class EtcAttention(nn.Module):
     vw = win(v_long)
     valid_q = blk(mask[:, g:])  # [B, nb, c]
     offsets = _window_offsets(c, r)
-    window = torch.tensor(np.abs(offsets) <= r, device=q.device)  # [c, kk]
+    # |key - query| <= r inside the window: the band a <= t <= a + 2r, built by torch
+    # (a traced numpy constant became per-element int64 index arithmetic in inductor).
+    window = torch.ones((c, kk), dtype=torch.bool, device=q.device).triu(0).tril(2 * r)
     l2l_mask = window & valid_q[..., :, None] & win(mask[:, g:])[..., None, :]
     l2g_mask = valid_q[..., :, None] & mask[:, None, None, :g]  # [B, nb, c, G]
     # Head-shared 0 / BIG_NEG: the mask enters as one add, not a select over all heads.
@@ -298,8 +304,10 @@ class EtcAttention(nn.Module):
     vb = vw.permute(0, 1, 3, 2, 4).reshape(batch * nb, heads, kk, d)
     bias = bias.reshape((batch * nb,) + tuple(bias.shape[2:]))
     flash = _flash_with_lse()
-    # (The op takes no gradient for the mask: a trained bias goes the concatenating way.)
-    if g and flash is not None and q.device.type == "cpu" and not bias.requires_grad:
+    # The op passes no gradient through its log-sum-exp (nor to the mask), so anything
+    # that needs gradients goes the concatenating way.
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, bias))
+    if g and flash is not None and q.device.type == "cpu" and not needs_grad:
       out, lse = flash(qb, kb, vb, attn_mask=bias, scale=scale)  # [B*nb, H, c, D], [B*nb, H, c]
       out = self._merge_globals(out.reshape(batch, nb, heads, c, d),
                                 lse.reshape(batch, nb, heads, c, 1), ql, l2g, l2g_mask,
