@@ -235,20 +235,30 @@ def run_pipeline(docs, runner, tokenizer, fc, fc_nograph, tag_names) -> dict:
               entities=entities)
 
 
-def measure(row: str, pages: int, b: int, size: Size, quick: bool, repeats: int,
-            pad_multiple: int | None = None) -> dict:
+def set_up_row(row: str, docs, tokenizer, size: Size, quick: bool,
+               pad_multiple: int | None = None):
+  """A row's model for `docs`: `(runner, fc, fc_nograph, doc_tokens, tag_names)`, the
+  feature configs with and without the graph, padded to `pad_multiple` (512; 128 quick)."""
   from flaxdoc import tags as tags_lib  # pylint: disable=import-outside-toplevel
-  from flaxdoc.data import features, synthetic, tokenizers  # pylint: disable=import-outside-toplevel
-  tokenizer = tokenizers.load_tokenizer("default")
+  from flaxdoc.data import features, synthetic  # pylint: disable=import-outside-toplevel
   labels = tuple(synthetic.LABELS)
   tag_names = tags_lib.tag_names(labels, "BIOES")
-  docs = make_documents(pages, b, quick, tokenizer)
   doc_tokens = max(len(features.tokenize_document(d, tokenizer)) for d in docs)
   max_len = window_length(doc_tokens, pad_multiple or (128 if quick else 512))
   fc, fc_nograph = feature_configs(row, max_len, labels)
   example = features.batch_features(features.featurize(docs[0], tokenizer, fc)[:1])
   example = {k: v for k, v in example.items() if k in MODEL_KEYS}
   runner = Runner(row, size, tokenizer.vocab_size, len(tag_names), fc.max_len, example)
+  return runner, fc, fc_nograph, doc_tokens, tag_names
+
+
+def measure(row: str, pages: int, b: int, size: Size, quick: bool, repeats: int,
+            pad_multiple: int | None = None) -> dict:
+  from flaxdoc.data import tokenizers  # pylint: disable=import-outside-toplevel
+  tokenizer = tokenizers.load_tokenizer("default")
+  docs = make_documents(pages, b, quick, tokenizer)
+  runner, fc, fc_nograph, doc_tokens, tag_names = set_up_row(row, docs, tokenizer, size, quick,
+                                                             pad_multiple)
   t0 = time.perf_counter()
   run_pipeline(docs, runner, tokenizer, fc, fc_nograph, tag_names)  # compile / warm-up
   warmup_s = time.perf_counter() - t0

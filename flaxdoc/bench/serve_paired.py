@@ -34,24 +34,16 @@ DEFAULT_ROWS = ("etc_rich_torch", "etc_rich_torch_compiled", "layoutlm_torch",
 
 
 def build_rows(rows, pages: int, quick: bool):
-  """`{row: (runner, batch)}` for one synthetic document of `pages` pages."""
-  from flaxdoc import tags as tags_lib  # pylint: disable=import-outside-toplevel
-  from flaxdoc.data import features, synthetic, tokenizers  # pylint: disable=import-outside-toplevel
+  """`{row: (runner, batch)}` for one synthetic document of `pages` pages, and its tokens."""
+  from flaxdoc.data import features, tokenizers  # pylint: disable=import-outside-toplevel
   tokenizer = tokenizers.load_tokenizer("default")
-  labels = tuple(synthetic.LABELS)
-  num_tags = len(tags_lib.tag_names(labels, "BIOES"))
   size = serve.QUICK if quick else serve.Size()
-  doc = serve.make_documents(pages, 1, quick, tokenizer)[0]
-  tokens = len(features.tokenize_document(doc, tokenizer))
-  max_len = serve.window_length(tokens, 128 if quick else 512)
-  built = {}
+  docs = serve.make_documents(pages, 1, quick, tokenizer)
+  built, tokens = {}, 0
   for row in rows:
-    fc, _ = serve.feature_configs(row, max_len, labels)
-    batch = features.batch_features(features.featurize(doc, tokenizer, fc))
-    batch = {k: v for k, v in batch.items() if k in serve.MODEL_KEYS}
-    runner = serve.Runner(row, size, tokenizer.vocab_size, num_tags, fc.max_len,
-                          {k: v[:1] for k, v in batch.items()})
-    built[row] = (runner, batch)
+    runner, fc, _, tokens, _ = serve.set_up_row(row, docs, tokenizer, size, quick)
+    batch = features.batch_features(features.featurize(docs[0], tokenizer, fc))
+    built[row] = (runner, {k: v for k, v in batch.items() if k in serve.MODEL_KEYS})
   return built, tokens
 
 

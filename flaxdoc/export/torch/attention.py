@@ -107,14 +107,22 @@ def _local_offsets(block: int) -> np.ndarray:
   return (k - block) - q  # [b, 3b]
 
 
-def _pad_for_windows(x: torch.Tensor, block: int, radius: int, nb: int) -> torch.Tensor:
-  """`[B, N, ...]` -> `[B, nb * block + 2 radius, ...]`: `radius` zeros before, the rest
-  after; `.unfold(1, block + 2 radius, block)` of it views the keys each query block sees,
+def _pad_for_windows(x: torch.Tensor, block: int, radius: int, nb: int,
+                     dim: int = 1) -> torch.Tensor:
+  """Pads the token axis `dim` of `x` (`N` tokens) to `nb * block + 2 radius`: `radius`
+  zeros before, the rest after. `_windows` of it views the keys each query block sees,
   tokens `n * block - radius` to `(n + 1) * block + radius - 1`, with no copy per window
-  (at batch 1)."""
-  def zeros(m):
-    return x.new_zeros((x.shape[0], m) + tuple(x.shape[2:]))
-  return torch.cat([zeros(radius), x, zeros(nb * block - x.shape[1] + radius)], dim=1)
+  (at batch 1); with `radius = 0` it is the query blocks' padding."""
+  dim = dim % x.dim()
+  after = nb * block - x.shape[dim] + radius
+  return F.pad(x, (0, 0) * (x.dim() - 1 - dim) + (radius, after))
+
+
+def _windows(padded: torch.Tensor, block: int, radius: int, dim: int = 1) -> torch.Tensor:
+  """`_pad_for_windows` output -> its `nb` windows of `block + 2 radius` tokens, a view:
+  `[B, nb, kk, ...]` for `dim = 1`, `[..., nb, kk]` for the last axis."""
+  w = padded.unfold(dim, block + 2 * radius, block)
+  return w.movedim(-1, dim + 1) if dim % padded.dim() != padded.dim() - 1 else w
 
 
 def _window_offsets(block: int, radius: int) -> np.ndarray:
@@ -272,12 +280,10 @@ class EtcAttention(nn.Module):
       return _split_blocks(_pad_long(a, padded), c)
 
     def win(a):  # [B, N, ...] -> [B, nb, kk, ...] (a view of one padded copy)
-      return _pad_for_windows(a, c, r, nb).unfold(1, kk, c).movedim(-1, 2)
+      return _windows(_pad_for_windows(a, c, r, nb), c, r)
 
     q_pad, k_pad = _pad_long(q_long, padded), _pad_for_windows(k_long, c, r, nb)
-    ql = _split_blocks(q_pad, c)  # [B, nb, c, H, D]
-    kw = k_pad.unfold(1, kk, c).movedim(-1, 2)  # [B, nb, kk, H, D]
-    vw = win(v_long)
+    ql, kw, vw = _split_blocks(q_pad, c), _windows(k_pad, c, r), win(v_long)  # [B, nb, c|kk, H, D]
     valid_q = blk(mask[:, g:])  # [B, nb, c]
     offsets = _window_offsets(c, r)
     # |key - query| <= r inside the window: the band a <= t <= a + 2r, built by torch
@@ -335,27 +341,28 @@ class EtcAttention(nn.Module):
     """The layout terms on the query blocks and their key windows: `[B, nb, H | 1, c, kk]`.
 
     A term that projects tokens (Rich Attention) projects the padded queries and keys
-    once, then blocks / windows the projections (`[2A, B, nb, H, c | kk]`, tokens last);
-    the others see the blocked queries and windowed keys.
+    once, then blocks / windows the projections and its coordinates tokens-last
+    (`[2A | A, B, nb, (H,) c | kk]`, contiguous along the keys); the others see the
+    blocked queries, windowed keys and blocked geometry.
     """
     g, r = self.g, self.radius
-    c, kk = ql.shape[2], kw.shape[2]
-    q_geom = {n: blk(leaf[:, g:]) for n, leaf in geom.items()}
-    k_geom = {n: win(leaf[:, g:]) for n, leaf in geom.items()}
+    nb, c = ql.shape[1], ql.shape[2]
+    blocked_geom = None
     total = None
     for term in terms:
       if getattr(term, "fast", False) and hasattr(term, "token_projections"):
         pq = term.token_projections(q_pad, "q")  # [2A, B, H, nb * c]
-        pq = pq.reshape(pq.shape[:-1] + (-1, c)).transpose(-3, -2)  # [2A, B, nb, H, c]
-        pk = term.token_projections(k_pad, "k").unfold(-1, kk, c).transpose(-3, -2)
-        # Coordinates axis-first, tokens last: contiguous along the keys like pk.
+        pq = pq.reshape(pq.shape[:-1] + (nb, c)).transpose(-3, -2)  # [2A, B, nb, H, c]
+        pk = _windows(term.token_projections(k_pad, "k"), c, r, dim=-1).transpose(-3, -2)
         coords = torch.stack([term._coordinate(geom, a)[:, g:] for a in term.axes])  # [A, B, N]
-        cq = F.pad(coords, (0, ql.shape[1] * c - coords.shape[-1]))
-        cq = cq.reshape(cq.shape[:-1] + (-1, c))  # [A, B, nb, c]
-        ck = F.pad(coords, (r, ql.shape[1] * c - coords.shape[-1] + r)).unfold(-1, kk, c)
-        t = term.pairwise(pq, pk, q_geom, k_geom, cq, ck)
+        cq = _pad_for_windows(coords, c, 0, nb, dim=-1).reshape(coords.shape[:-1] + (nb, c))
+        ck = _windows(_pad_for_windows(coords, c, r, nb, dim=-1), c, r, dim=-1)
+        t = term.pairwise(pq, pk, None, None, cq, ck)
       else:
-        t = term(ql, kw, q_geom, k_geom)
+        if blocked_geom is None:
+          blocked_geom = ({n: blk(leaf[:, g:]) for n, leaf in geom.items()},
+                          {n: win(leaf[:, g:]) for n, leaf in geom.items()})
+        t = term(ql, kw, *blocked_geom)
       t = t.to(torch.float32)
       total = t if total is None else total + t
     return total
