@@ -8,6 +8,7 @@ from flax import linen as nn
 from scipy.special import erf
 
 from flaxdoc.layout.edge_features import node_features
+from flaxdoc.nn import gcn as gcn_lib
 from flaxdoc.nn.gcn import GCNLayer, SuperTokenEncoder, node_spatial_features
 
 BATCH, NODES, K, WIDTH, FEATS = 2, 6, 3, 8, 5
@@ -183,3 +184,52 @@ def test_bad_graphs_raise():
     module.apply(variables, h, ids, feats[:, :3], mask)
   with pytest.raises(ValueError, match="node states"):
     module.apply(variables, h[0], ids, feats, mask)
+
+
+@pytest.mark.parametrize("mode", ["scatter_f32", "scatter"])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_neighbor_gather_and_its_gradient_match_a_loop(monkeypatch, mode, dtype):
+  """Forward: rows at the ids; gradient: every edge's cotangent added to its target row."""
+  monkeypatch.setattr(gcn_lib, "NEIGHBOR_GRADIENT", mode)
+  rng = np.random.default_rng(3)
+  b, n, k, h = 2, 40, 5, 6
+  x = rng.normal(size=(b, n, h)).astype(np.float32)
+  ids = rng.integers(0, n, (b, n, k)).astype(np.int32)
+  ids[0, :, 0] = 7  # a node many edges point to (the scatter's collisions)
+  w = rng.normal(size=(b, n, k, h)).astype(np.float32)
+  out = gcn_lib.gather_neighbors(jnp.asarray(x, dtype), jnp.asarray(ids))
+  assert out.dtype == dtype and out.shape == (b, n, k, h)
+  np.testing.assert_array_equal(np.asarray(out, np.float32),
+                                np.asarray(jnp.asarray(x, dtype), np.float32)[np.arange(b)[:, None, None], ids])
+  grad = jax.grad(lambda v: (gcn_lib.gather_neighbors(v.astype(dtype), jnp.asarray(ids))
+                             .astype(jnp.float32) * w).sum())(jnp.asarray(x))
+  ref = np.zeros_like(x, np.float64)
+  for bi in range(b):
+    for li in range(n):
+      for ki in range(k):
+        ref[bi, ids[bi, li, ki]] += w[bi, li, ki]
+  # bfloat16: each edge's cotangent is rounded once (2^-9 relative); "scatter" also
+  # rounds every partial sum of the accumulation.
+  tol = {jnp.float32: 1e-5, "scatter_f32": 5e-3, "scatter": 3e-2}
+  err = np.abs(np.asarray(grad) - ref).max() / np.abs(ref).max()
+  assert err < tol[jnp.float32 if dtype == jnp.float32 else mode], (mode, err)
+
+
+def test_neighbor_gradient_modes_give_the_same_layer_gradients(monkeypatch):
+  h, ids, feats, mask = make_graph(seed=5)
+  layer, variables, _ = init_layer(h, ids, feats, mask, hidden_features=12)
+  params = variables["params"]
+
+  def grads():
+    return jax.grad(lambda p, x: layer.apply({"params": p}, x, ids, feats, mask).sum(),
+                    argnums=(0, 1))(params, h)
+
+  monkeypatch.setattr(gcn_lib, "NEIGHBOR_GRADIENT", "scatter")
+  a = grads()
+  monkeypatch.setattr(gcn_lib, "NEIGHBOR_GRADIENT", "scatter_f32")
+  b = grads()
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-6)
+  monkeypatch.setattr(gcn_lib, "NEIGHBOR_GRADIENT", "per_edge")
+  with pytest.raises(ValueError, match="NEIGHBOR_GRADIENT"):
+    grads()
