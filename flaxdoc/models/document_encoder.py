@@ -262,6 +262,28 @@ class LongPairsOnly(nn.Module):
     return jnp.where(keep, logits, 0.0)
 
 
+def mlm_positions(batch: dict, count: int, length: int) -> tuple[Array, Array]:
+  """The `count` positions the MLM head scores: those with `mlm_weights > 0`, in order.
+
+  Returns `positions int32 [B, P]` (`P = min(count, L)`; rows with fewer targets are
+  filled with untargeted positions, which the loss weighs 0) and `dropped int32 [B]`,
+  the targets beyond `P` that were not scored (0 when the masking was capped at `count`;
+  the pre-training loss reports their sum as `train/mlm_dropped`).
+  """
+  if "mlm_weights" not in batch:
+    raise ValueError("DocumentEncoder: mlm_max_predictions is set, so the batch needs "
+                     "'mlm_weights' [B, L] to choose the positions the MLM head scores")
+  if isinstance(count, bool) or int(count) < 1:
+    raise ValueError(f"DocumentEncoder: mlm_max_predictions must be a positive integer or "
+                     f"None, got {count!r}")
+  targeted = jnp.asarray(batch["mlm_weights"]) > 0  # [B, L]
+  # A stable sort of "not targeted" puts the targeted positions first, in order.
+  order = jnp.argsort(jnp.logical_not(targeted).astype(jnp.int32), axis=1, stable=True)
+  positions = order[:, :min(int(count), length)].astype(jnp.int32)  # [B, P]
+  dropped = jnp.maximum(targeted.sum(axis=1) - positions.shape[1], 0).astype(jnp.int32)
+  return positions, dropped
+
+
 # --------------------------------------------------------------------------- module
 class DocumentEncoder(nn.Module):
   """A layout-aware encoder with tagging / MLM / 1-LOP heads, built from an `EncoderSpec`.
@@ -285,6 +307,10 @@ class DocumentEncoder(nn.Module):
   param_dtype: Any = jnp.float32
   # A `flaxdoc.nn.linking.LinkingSpec`: also return `"link_logits"` (entity linking).
   linking: Any = None
+  # Pre-training: the MLM head scores only this many positions per sequence, the ones
+  # with `batch["mlm_weights"] > 0` in order (BERT's max_predictions_per_seq; the
+  # trainer caps the masking at the same number). None: every position.
+  mlm_max_predictions: int | None = None
 
   # ---------------------------------------------------------------- pieces
   def _attention_factory(self) -> Callable[..., nn.Module]:
@@ -368,7 +394,9 @@ class DocumentEncoder(nn.Module):
 
     Returns:
       `{"tag_logits": float32 [B, L, T]}`, plus `"mlm_logits" [B, L, V]` and (1-LOP)
-      `"lop_logits" [B, L, 11]` when `pretraining`.
+      `"lop_logits" [B, L, 11]` when `pretraining`. With `mlm_max_predictions = P`
+      the MLM head scores P positions: `"mlm_logits" [B, P, V]`, `"mlm_positions"
+      int32 [B, P]` and `"mlm_dropped" int32 [B]` (see `mlm_positions`).
     """
     s = self.spec
     ids = _field(batch, "input_ids", ndim=2)
@@ -459,10 +487,18 @@ class DocumentEncoder(nn.Module):
         initializer_range=s.initializer_range, dtype=self.dtype,
         param_dtype=self.param_dtype, name="tagging_head")(x, deterministic=deterministic)}
     if self.pretraining:
-      outputs["mlm_logits"] = MLMHead(
+      mlm_head = MLMHead(
           embedding=embeddings, vocab_size=self.vocab_size,
           layer_norm_epsilon=s.layer_norm_epsilon, initializer_range=s.initializer_range,
-          dtype=self.dtype, param_dtype=self.param_dtype, name="mlm_head")(x)  # [B, L, V]
+          dtype=self.dtype, param_dtype=self.param_dtype, name="mlm_head")
+      if self.mlm_max_predictions is None:
+        outputs["mlm_logits"] = mlm_head(x)  # [B, L, V]
+      else:
+        positions, dropped = mlm_positions(batch, self.mlm_max_predictions, length)
+        chosen = jnp.take_along_axis(x, positions[..., None], axis=1)  # [B, P, E]
+        outputs["mlm_logits"] = mlm_head(chosen)  # [B, P, V]
+        outputs["mlm_positions"] = positions  # int32 [B, P]
+        outputs["mlm_dropped"] = dropped  # int32 [B]
       if s.local_order_head:
         outputs["lop_logits"] = LocalOrderHead(
             num_classes=LOCAL_ORDER_CLASSES, layer_norm_epsilon=s.layer_norm_epsilon,

@@ -95,6 +95,10 @@ def make(arg: str | None, *, model: str, variant: str, recipe: str = "bert",
   d.block_shuffle = 0.0  # LSPE augmentations (fine-tuning only)
   d.neighbour_swap = 0.0
   d.mlm_rate = 0.15
+  # Pre-training: MLM targets per window, and the positions the MLM head scores (BERT's
+  # max_predictions_per_seq). None: masking.default_max_predictions(max_len, mlm_rate),
+  # 1.5x the expected count; 0: no cap, the head scores every position.
+  d.mlm_max_predictions = ml_collections.FieldReference(None, field_type=int)
   d.lop_rate = 0.0
   # Fraction of the official train split carved off as dev (None: the dataset's default
   # size; 0: none, train on all of it and evaluate on `test` or nothing, as the papers do).

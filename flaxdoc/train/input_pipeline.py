@@ -85,6 +85,7 @@ def _strip(w: dict) -> dict:
 def train_dataset(split: FeaturizedSplit, *, tokenizer, config: FeatureConfig, global_batch: int,
                   seed: int, mode: str = "train", block_shuffle: float = 0.0,
                   neighbour_swap: float = 0.0, mlm_rate: float = 0.15, lop_rate: float = 0.0,
+                  mlm_max_predictions: int | None = None,
                   shard: grain.sharding.ShardOptions | None = None) -> grain.IterDataset:
   """An infinite, shuffled dataset of this process's rows of every global batch.
 
@@ -114,7 +115,8 @@ def train_dataset(split: FeaturizedSplit, *, tokenizer, config: FeatureConfig, g
       if mode == "pretrain":
         rng = np.random.default_rng([seed, step, r])
         w = masking.pretraining_targets(split.windows[i], rng, tokenizer, mlm_rate=mlm_rate,
-                                        lop_rate=lop_rate or None)
+                                        lop_rate=lop_rate or None,
+                                        max_predictions=mlm_max_predictions)
       elif augmenting:
         rng = np.random.default_rng([seed, step, r])
         w = _augmented_window(split, i, rng, tokenizer=tokenizer, config=config,

@@ -46,11 +46,25 @@ def tagging_loss(outputs: dict, batch: dict) -> tuple[jax.Array, dict]:
 
 
 def pretraining_loss(outputs: dict, batch: dict, *, lop_weight: float = 0.5) -> tuple[jax.Array, dict]:
-  """MLM (+ 1-LOP weighted `lop_weight` when the model predicts it)."""
+  """MLM (+ 1-LOP weighted `lop_weight` when the model predicts it).
+
+  When the model scored only some positions (`outputs["mlm_positions"] [B, P]`, its
+  `mlm_max_predictions`), the targets and weights are read at those positions: the
+  same loss as over every position whenever no target was dropped, and
+  `train/mlm_dropped` counts the ones that were (0 with the trainer's capped masking).
+  """
   mlm_targets = jnp.where(batch["mlm_weights"] > 0, batch["mlm_targets"], -1)
-  mlm, mlm_w = weighted_cross_entropy(outputs["mlm_logits"], mlm_targets, batch["mlm_weights"])
-  aux = {"train/mlm_loss": mlm, "train/mlm_accuracy": accuracy(outputs["mlm_logits"], mlm_targets),
-         "train/tokens": mlm_w}
+  mlm_weights = batch["mlm_weights"]
+  aux = {}
+  if "mlm_positions" in outputs:
+    positions = outputs["mlm_positions"]
+    mlm_targets = jnp.take_along_axis(mlm_targets, positions, axis=1)  # [B, P]
+    mlm_weights = jnp.take_along_axis(mlm_weights, positions, axis=1)  # [B, P]
+    aux["train/mlm_dropped"] = jnp.sum(outputs["mlm_dropped"])
+  mlm, mlm_w = weighted_cross_entropy(outputs["mlm_logits"], mlm_targets, mlm_weights)
+  aux.update({"train/mlm_loss": mlm,
+              "train/mlm_accuracy": accuracy(outputs["mlm_logits"], mlm_targets),
+              "train/tokens": mlm_w})
   loss = mlm
   if "lop_logits" in outputs and "lop_targets" in batch:
     lop_targets = jnp.where(batch["lop_weights"] > 0, batch["lop_targets"], -1)

@@ -17,7 +17,7 @@ import ml_collections
 import numpy as np
 from flax import linen as nn
 
-from flaxdoc.data import datasets, tokenizers
+from flaxdoc.data import datasets, masking, tokenizers
 from flaxdoc.data.document import Document
 from flaxdoc.data.features import FeatureConfig, batch_features, featurize
 from flaxdoc.train import checkpoint as ckpt_lib
@@ -35,6 +35,19 @@ def dataset_labels(name: str, options=None) -> tuple[str, ...]:
   if name in datasets.LABELS:
     return datasets.LABELS[name]
   raise ValueError(f"dataset {name!r} has no built-in label set: set config.data.labels")
+
+
+def mlm_max_predictions(config: ml_collections.ConfigDict) -> int | None:
+  """`config.data.mlm_max_predictions` resolved: the MLM targets per window and the
+  positions the MLM head scores (None: every position, no cap)."""
+  d = config.data
+  value = d.get("mlm_max_predictions")
+  if value is None:
+    return masking.default_max_predictions(int(d.max_len), float(d.get("mlm_rate", 0.15)))
+  if isinstance(value, bool) or int(value) < 0:
+    raise ValueError(f"config.data.mlm_max_predictions must be None, 0 (no cap) or a positive "
+                     f"integer, got {value!r}")
+  return None if int(value) == 0 else min(int(value), int(d.max_len))
 
 
 @dataclasses.dataclass
@@ -70,6 +83,8 @@ class Experiment:
                                num_tags=max(fc.num_tags, 1), max_len=fc.max_len,
                                pretraining=config.mode == "pretrain",
                                dtype=config.get("dtype", "float32"))
+    if config.mode == "pretrain":
+      model = model.clone(mlm_max_predictions=mlm_max_predictions(config))
     # Entity linking (config.task): a linking head on the encoder, link arrays on windows.
     link_task = linking.LinkingTask.from_config(config, labels)
     if link_task is not None:
@@ -112,9 +127,10 @@ class Experiment:
     if self.linking is not None:
       w.update(self.linking.example_arrays(len(w["input_ids"])))
     if self.config.mode == "pretrain":
-      from flaxdoc.data import masking  # pylint: disable=import-outside-toplevel
       w = masking.pretraining_targets(w, np.random.default_rng(0), self.tokenizer,
-                                      lop_rate=self.config.data.get("lop_rate") or None)
+                                      mlm_rate=self.config.data.get("mlm_rate", 0.15),
+                                      lop_rate=self.config.data.get("lop_rate") or None,
+                                      max_predictions=mlm_max_predictions(self.config))
     return batch_features([w] * max(batch_size, 1))
 
   # ------------------------------------------------------------- pretrained

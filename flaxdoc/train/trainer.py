@@ -115,6 +115,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       block_shuffle=config.data.get("block_shuffle", 0.0),
       neighbour_swap=config.data.get("neighbour_swap", 0.0),
       mlm_rate=config.data.get("mlm_rate", 0.15), lop_rate=config.data.get("lop_rate", 0.0),
+      mlm_max_predictions=env.model.mlm_max_predictions if mode == "pretrain" else None,
       shard=grain.sharding.ShardOptions(shard_index, shard_count)))
   if data_state:
     train_iter.set_state(data_state)

@@ -5,8 +5,8 @@ import pytest
 
 from flaxdoc.data.document import Document
 from flaxdoc.data.features import FeatureConfig, batch_features, featurize
-from flaxdoc.data.masking import (lop_targets, mask_tokens, pretraining_targets,
-                                  random_non_special_ids)
+from flaxdoc.data.masking import (default_max_predictions, lop_targets, mask_tokens,
+                                  pretraining_targets, random_non_special_ids)
 
 
 class OddTokenizer:
@@ -156,3 +156,41 @@ def test_pretraining_targets_combines_both(batch):
   assert not np.array_equal(out["mlm_mask"], out["lop_mask"])
   only_mlm = pretraining_targets(batch, np.random.default_rng(0), TOK)
   assert "lop_mask" not in only_mlm
+
+
+def test_default_max_predictions_is_one_and_a_half_times_the_expected_count():
+  assert default_max_predictions(1024, 0.15) == 231  # ceil(230.4)
+  assert default_max_predictions(512, 0.15) == 116  # ceil(115.2)
+  assert default_max_predictions(512, 0.3) == 231  # ceil(230.4): DocPolarBERT's rate
+  assert default_max_predictions(128, 0.8) == 128  # never more than the window
+  assert default_max_predictions(10, 0.01) == 1  # at least one
+  with pytest.raises(ValueError, match="rate"):
+    default_max_predictions(512, 1.5)
+
+
+def test_mlm_cap_keeps_a_random_subset_of_the_same_draw(batch):
+  free = mask_tokens(batch, np.random.default_rng(4), TOK, rate=0.5)
+  capped = mask_tokens(batch, np.random.default_rng(4), TOK, rate=0.5, max_predictions=20)
+  chosen_free, chosen = free["mlm_mask"], capped["mlm_mask"]
+  counts = chosen_free.sum(-1)
+  assert (counts > 20).any() and (counts < 20).any()  # the cap binds on some rows only
+  # No row above the cap; rows the cap binds keep exactly 20 of their own chosen positions.
+  np.testing.assert_array_equal(chosen.sum(-1), np.minimum(counts, 20))
+  assert not (chosen & ~chosen_free).any()
+  # Rows under the cap are untouched, targets and inputs included.
+  under = counts <= 20
+  for key in ("mlm_mask", "mlm_targets", "mlm_weights"):
+    np.testing.assert_array_equal(capped[key][under], free[key][under])
+  # Targets follow the kept positions; dropped ones are plain untargeted tokens.
+  assert (capped["mlm_targets"][~chosen] == TOK.pad_id).all()
+  np.testing.assert_array_equal(capped["mlm_targets"][chosen], batch["input_ids"][chosen])
+  again = mask_tokens(batch, np.random.default_rng(4), TOK, rate=0.5, max_predictions=20)
+  np.testing.assert_array_equal(again["mlm_mask"], chosen)  # deterministic from the seed
+  with pytest.raises(ValueError, match="max_predictions"):
+    mask_tokens(batch, np.random.default_rng(4), TOK, max_predictions=0)
+
+
+def test_pretraining_targets_pass_the_cap(batch):
+  out = pretraining_targets(batch, np.random.default_rng(2), TOK, mlm_rate=0.4, lop_rate=0.3,
+                            max_predictions=10)
+  assert out["mlm_mask"].sum(-1).max() == 10

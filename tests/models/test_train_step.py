@@ -96,3 +96,50 @@ LOCAL_MODELS = [
 def test_local_configs_train_in_float32_and_bfloat16(name, variant, pretraining):
   config = models.get_model_config(name, variant, local=True)
   check_trains(config, length=64, pretraining=pretraining)
+
+
+def test_mlm_head_on_the_targets_only_equals_the_full_head():
+  """`mlm_max_predictions`: the head scores P positions; loss and gradients are unchanged."""
+  config = models.get_model_config("docpolarbert", "base", local=True)
+  config.update(dict(width=32, num_heads=2, mlp_dim=64, depth=1))
+  length = 40
+  batch = models.example_batch(2, length, vocab_size=VOCAB, num_tags=TAGS, seed=3,
+                               pretraining=True)
+  targets = (batch["mlm_weights"] > 0).sum(1)
+  full = models.build_model(config, vocab_size=VOCAB, num_tags=TAGS, max_len=length,
+                            pretraining=True)
+  params = models.random_parameters(full, batch, stddev=0.05)
+
+  def run(model, b):
+    def loss_fn(p):
+      out = model.apply({"params": p}, b)
+      loss, aux = objectives.pretraining_loss(out, b, lop_weight=0.5)
+      return loss, (aux, out)
+    (loss, (aux, out)), grads = jax.jit(jax.value_and_grad(loss_fn, has_aux=True))(params)
+    return out, loss, aux, grads
+
+  out_full, loss_full, aux_full, grads_full = run(full, batch)
+  p = int(targets.max()) + 3  # room for every target, plus untargeted filler slots
+  capped = full.clone(mlm_max_predictions=p)
+  out, loss, aux, grads = run(capped, batch)
+  positions = np.asarray(out["mlm_positions"])
+  assert out["mlm_logits"].shape == (2, p, VOCAB) and positions.shape == (2, p)
+  for row in range(2):  # the targets first, in order, then untargeted positions
+    want = np.flatnonzero(batch["mlm_weights"][row] > 0)
+    np.testing.assert_array_equal(positions[row, :len(want)], want)
+    assert (batch["mlm_weights"][row][positions[row, len(want):]] == 0).all()
+  np.testing.assert_allclose(np.asarray(out["mlm_logits"]),
+                             np.take_along_axis(np.asarray(out_full["mlm_logits"]),
+                                                positions[..., None], axis=1), atol=1e-5)
+  np.testing.assert_allclose(float(loss), float(loss_full), rtol=1e-6)
+  assert float(aux["train/mlm_accuracy"]) == float(aux_full["train/mlm_accuracy"])
+  assert int(aux["train/mlm_dropped"]) == 0
+  for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(grads_full)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-7)
+
+  # Too few slots: the targets beyond P are counted, never silently lost.
+  short = full.clone(mlm_max_predictions=int(targets.min()) - 2)
+  _, _, aux, _ = run(short, batch)
+  assert int(aux["train/mlm_dropped"]) == int((targets - (int(targets.min()) - 2)).sum())
+  with pytest.raises(ValueError, match="mlm_weights"):
+    capped.apply({"params": params}, {k: v for k, v in batch.items() if not k.startswith("mlm")})

@@ -61,6 +61,10 @@ def test_pretraining_and_augmented_batches(split):
                                                mode="pretrain", mlm_rate=0.3, lop_rate=0.3)))
   assert {"mlm_targets", "mlm_weights", "lop_targets", "lop_weights"} <= set(pre)
   assert pre["mlm_weights"].sum() > 0
+  capped = next(iter(input_pipeline.train_dataset(s, tokenizer=tok, config=cfg, global_batch=4,
+                                                  seed=0, mode="pretrain", mlm_rate=0.3,
+                                                  mlm_max_predictions=3)))
+  assert (capped["mlm_weights"] > 0).sum(1).max() == 3 < (pre["mlm_weights"] > 0).sum(1).max()
   aug = iter(input_pipeline.train_dataset(s, tokenizer=tok, config=cfg, global_batch=4, seed=0,
                                           block_shuffle=1.0))
   plain = iter(input_pipeline.train_dataset(s, tokenizer=tok, config=cfg, global_batch=4, seed=0))

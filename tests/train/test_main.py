@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from flaxdoc.train import checkpoint as ckpt_lib, inference, metrics_writer, trainer
+from flaxdoc.train import checkpoint as ckpt_lib, inference, metrics_writer, setup, trainer
 
 sys.path.insert(0, os.path.dirname(__file__))
 from tiny import ROOT, override_flags, tiny_config  # pylint: disable=import-error
@@ -113,6 +113,25 @@ def test_pretrain_mode_runs_mlm(tmp_path):
   result = trainer.train_and_evaluate(config, str(tmp_path))
   rows = metrics_writer.read_metrics(str(tmp_path))
   assert result["step"] == 2 and all("train/mlm_loss" in r for r in rows if "train/loss" in r)
+  # The MLM head scored ceil(1.5 * 15% * 48) = 11 positions per window, and no target
+  # was left out (the masking is capped at the same number).
+  assert all(r["train/mlm_dropped"] == 0 for r in rows if "train/loss" in r)
+
+
+def test_mlm_max_predictions_resolves_from_the_config():
+  config = tiny_config(mode="pretrain")
+  assert setup.mlm_max_predictions(config) == 11  # ceil(1.5 * 0.15 * 48)
+  assert setup.Experiment.create(config).model.mlm_max_predictions == 11
+  config.data.mlm_rate = 0.3
+  assert setup.mlm_max_predictions(config) == 22  # follows the rate
+  config.data.mlm_max_predictions = 0
+  assert setup.mlm_max_predictions(config) is None  # every position
+  config.data.mlm_max_predictions = 500
+  assert setup.mlm_max_predictions(config) == 48  # never more than the window
+  config.data.mlm_max_predictions = -3
+  with pytest.raises(ValueError, match="mlm_max_predictions"):
+    setup.mlm_max_predictions(config)
+  assert setup.Experiment.create(tiny_config()).model.mlm_max_predictions is None  # fine-tuning
 
 
 def test_non_finite_loss_stops_with_message_and_keeps_last_checkpoint(tmp_path):
