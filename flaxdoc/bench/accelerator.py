@@ -3,6 +3,8 @@ r"""Accelerator figures: FormNet-A2 pre-training step, ETC vs dense attention, c
     python -m flaxdoc.bench.accelerator [--json] [--parts pretrain attention sdpa]
         [--lengths 1024 4096] [--batches 8 16] [--attention_lengths 2048 8192 16384]
         [--dtype bfloat16] [--peak_tflops 989] [--local] [--profile DIR]
+        [--ablation full etc_rich etc] [--gcn_backward scatter_f32 scatter]
+        [--mlm_positions capped all]
 
 Three tables, each row in its own subprocess (so the device's `peak_bytes_in_use`
 belongs to that row alone):
@@ -11,7 +13,10 @@ belongs to that row alone):
   layers with Rich Attention, 768 wide, MLM head over the BERT-multilingual
   vocabulary (119,547) — forward, backward and AdamW update, jitted with the
   parameters and optimiser state donated, as `flaxdoc.train.state.make_train_step`
-  builds it. Compute in `--dtype` (parameters float32, as the trainer keeps them,
+  builds it, on a random batch with BERT's 15% MLM targets. The MLM head scores
+  only the targets, at most `masking.default_max_predictions` per sequence, as the
+  trainer does (`--mlm_positions all`: every position, as before 2026-11-26; the
+  FLOP count follows what is computed). Compute in `--dtype` (parameters float32, as the trainer keeps them,
   or `--param_dtype bfloat16`). Reports step time, tokens/s, the device's peak
   memory, and MFU: *model* matmul FLOPs (below) per second over `--peak_tflops`
   (H100 SXM dense bf16: 989 TFLOP/s). XLA's own count (`cost_analysis()["flops"]`,
@@ -27,7 +32,7 @@ Model FLOPs (2 per multiply-add, matrix products only): the encoder forward from
 `flaxdoc.bench.attention.forward_gflop("etc_rich")`, plus the GCN (per node and
 layer: the message MLP's node parts `2 * 2E * Hm`, its second layer `2 * Hm * E`,
 the edge part `2 * K * F * Hm`, with `Hm = 2E + F`), the super-token input
-projection and the MLM head (`2 N E^2 + 2 N E V`); a training step is 3x the forward
+projection and the MLM head (`2 P E^2 + 2 P E V` over the `P` positions it scores); a training step is 3x the forward
 (backward = 2x). `--local` runs a shrunk model at tiny sizes (the CPU tests).
 """
 
@@ -47,7 +52,9 @@ from flaxdoc.bench.attention import Size, forward_gflop
 
 H100_BF16_TFLOPS = 989.0  # H100 SXM5 dense bf16 peak (NVIDIA datasheet; sparsity doubles it)
 MULTILINGUAL_VOCAB = 119_547
-COLUMNS_PRETRAIN = ("ablation", "length", "batch", "dtype", "param_dtype", "prng", "dropout", "step_ms", "tokens_per_s",
+MLM_RATE = 0.15
+COLUMNS_PRETRAIN = ("ablation", "gcn_backward", "mlm_positions", "length", "batch", "dtype",
+                    "param_dtype", "prng", "dropout", "step_ms", "tokens_per_s",
                     "model_tflop", "xla_tflop", "tflops", "mfu", "peak_gb", "compile_s", "note")
 COLUMNS_ATTENTION = ("impl", "tokens", "dtype", "time_ms", "tokens_per_s", "gflop", "tflops",
                      "peak_gb")
@@ -67,10 +74,14 @@ LOCAL = Sizes(layers=2, width=128, heads=4, mlp=512, local_radius=16, gcn_layers
 
 
 # --------------------------------------------------------------------------- FLOPs
-def pretrain_forward_gflop(length: int, s: Sizes) -> float:
-  """Matrix-multiply GFLOP of one FormNet pre-training forward pass (one sequence)."""
+def pretrain_forward_gflop(length: int, s: Sizes, mlm_positions: int | None = None) -> float:
+  """Matrix-multiply GFLOP of one FormNet pre-training forward pass (one sequence).
+
+  `mlm_positions`: how many positions the MLM head scores (None: all `length`).
+  """
   n, e = float(length), float(s.width)
-  mlm_head = 2 * n * e * e + 2 * n * e * s.vocab
+  p = n if mlm_positions is None else float(mlm_positions)
+  mlm_head = 2 * p * e * e + 2 * p * e * s.vocab
   return forward_gflop("etc_rich", length, s) + gcn_gflop(length, s) + mlm_head / 1e9
 
 
@@ -83,9 +94,9 @@ def gcn_gflop(length: int, s: Sizes) -> float:
   return (gcn + node_input) / 1e9
 
 
-def train_step_tflop(length: int, batch: int, s: Sizes) -> float:
+def train_step_tflop(length: int, batch: int, s: Sizes, mlm_positions: int | None = None) -> float:
   """Forward + backward (2x forward) matmul TFLOP of one step over `batch` sequences."""
-  return 3 * batch * pretrain_forward_gflop(length, s) / 1e3
+  return 3 * batch * pretrain_forward_gflop(length, s, mlm_positions) / 1e3
 
 
 def mfu(tflop: float, seconds: float, peak_tflops: float) -> float:
@@ -146,13 +157,26 @@ def formnet_model(s: Sizes, length: int, dtype: str, param_dtype: str, local: bo
   return model
 
 
-def pretrain_batch(batch: int, length: int, s: Sizes) -> dict:
-  """A full (unpadded) random pre-training batch with the graph and MLM targets."""
+def pretrain_batch(batch: int, length: int, s: Sizes, mlm_rate: float = MLM_RATE,
+                   max_predictions: int | None = None) -> dict:
+  """A full (unpadded) random pre-training batch with the graph and MLM targets.
+
+  Each token is an MLM target with probability `mlm_rate` (BERT's 15%), at most
+  `max_predictions` per sequence, as `flaxdoc.data.masking.mask_tokens` draws them.
+  """
   import numpy as np  # pylint: disable=import-outside-toplevel
   from flaxdoc import models  # pylint: disable=import-outside-toplevel
+  from flaxdoc.data import masking  # pylint: disable=import-outside-toplevel
   b = models.example_batch(batch, length, vocab_size=s.vocab, graph=True, pretraining=True,
                            max_degree=s.max_degree, edge_features=s.edge_features)
   b["attention_mask"] = np.ones_like(b["attention_mask"])
+  rng = np.random.default_rng(1)
+  chosen = rng.random((batch, length)) < mlm_rate
+  if max_predictions is not None:
+    chosen = masking.cap_per_row(chosen, max_predictions, rng)
+  b["mlm_targets"] = np.where(chosen, b["input_ids"], 0).astype(np.int32)
+  b["mlm_weights"] = chosen.astype(np.float32)
+  b["mlm_mask"] = chosen
   for k in ("lop_mask", "lop_targets", "lop_weights", "tags", "word_ids"):
     b.pop(k, None)
   return b
@@ -160,8 +184,11 @@ def pretrain_batch(batch: int, length: int, s: Sizes) -> dict:
 
 def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes, local: bool,
                  peak_tflops: float, iters: int, ablation: str = "full", prng: str = "threefry",
-                 dropout: bool = True, profile: str | None = None) -> dict:
+                 dropout: bool = True, profile: str | None = None,
+                 gcn_backward: str = "scatter_f32", mlm_positions: str = "capped") -> dict:
   import jax  # pylint: disable=import-outside-toplevel
+  from flaxdoc.nn import gcn  # pylint: disable=import-outside-toplevel
+  gcn.NEIGHBOR_GRADIENT = gcn_backward
   if prng != "threefry":
     # Dropout masks are drawn with the default PRNG: threefry is many integer ops
     # per random bit on a GPU, "rbg" uses the hardware generator path.
@@ -172,7 +199,13 @@ def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes
   model = formnet_model(s, length, dtype, param_dtype, local, ablation)
   if ablation != "full":
     s = dataclasses.replace(s, gcn_layers=0)
-  host = pretrain_batch(batch, length, s)
+  # "all": the MLM head scores every position; "capped": only the targets, at most
+  # masking.default_max_predictions per sequence (what the trainer does).
+  from flaxdoc.data import masking  # pylint: disable=import-outside-toplevel
+  head_positions = (None if mlm_positions == "all"
+                    else masking.default_max_predictions(length, MLM_RATE))
+  model = model.clone(mlm_max_predictions=head_positions)
+  host = pretrain_batch(batch, length, s, max_predictions=head_positions)
   params = models.random_parameters(model, {k: v[:1] for k, v in host.items()})
   if param_dtype != "float32":
     params = jax.tree.map(lambda x: x.astype(param_dtype), params)
@@ -196,6 +229,19 @@ def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes
   compile_s = time.perf_counter() - t0
   xla = _cost_flops(compiled)
   state = {"p": params, "o": opt_state, "i": 0}
+  row = dict(part="pretrain", length=length, batch=batch, dtype=dtype, param_dtype=param_dtype,
+             compile_s=compile_s, xla_tflop=None if xla is None else xla / 1e12,
+             ablation=ablation, prng=prng, dropout=dropout, gcn_backward=gcn_backward,
+             mlm_positions=mlm_positions if head_positions is None else head_positions,
+             note=os.environ.get("XLA_FLAGS") or None, device=str(jax.devices()[0].device_kind),
+             params=models.count_tree(params))
+  return _time_pretrain(compiled, state, data, length, batch, s, peak_tflops, iters, profile, row,
+                        head_positions)
+
+
+def _time_pretrain(compiled, state, data, length, batch, s, peak_tflops, iters, profile,
+                   row, head_positions) -> dict:
+  import jax  # pylint: disable=import-outside-toplevel
 
   def call():
     state["i"] += 1
@@ -205,25 +251,24 @@ def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes
 
   seconds = _timed(call, warmup=2, iters=iters)
   loss = float(call())
-  tflop = train_step_tflop(length, batch, s)
+  tflop = train_step_tflop(length, batch, s, head_positions)
   extra = {}
   if profile:  # three more steps under the profiler, summed by kernel (after the timing)
     from flaxdoc.bench import profile_summary  # pylint: disable=import-outside-toplevel
-    folder = os.path.join(profile, f"pretrain_{ablation}_{length}x{batch}_{dtype}")
+    folder = os.path.join(profile, f"pretrain_{row['ablation']}_{row['gcn_backward']}_"
+                                   f"mlm{row['mlm_positions']}_{length}x{batch}_{row['dtype']}")
     with jax.profiler.trace(folder, create_perfetto_trace=True):
       for _ in range(3):
         jax.block_until_ready(call())
-    summary = profile_summary.summarise(profile_summary.load_events(folder), top=15)
+    summary = profile_summary.summarise(profile_summary.load_events(folder), top=30)
     extra = dict(profile=folder, profile_kinds={k["kind"]: round(k["share"], 4)
                                                 for k in summary["kinds"]},
-                 profile_top=[(k["name"][:80], round(k["share"], 4)) for k in summary["kernels"]])
-  return dict(part="pretrain", length=length, batch=batch, dtype=dtype, param_dtype=param_dtype,
-              step_ms=seconds * 1e3, tokens_per_s=batch * length / seconds, model_tflop=tflop,
-              xla_tflop=None if xla is None else xla / 1e12, tflops=tflop / seconds,
-              mfu=mfu(tflop, seconds, peak_tflops), peak_gb=_device_peak_gb(),
-              compile_s=compile_s, loss=loss, ablation=ablation, prng=prng, dropout=dropout,
-              note=os.environ.get("XLA_FLAGS") or None, device=str(jax.devices()[0].device_kind),
-              params=models.count_tree(params), **extra)
+                 profile_top=[(k["name"][:100], round(k["share"], 4), k["count"])
+                              for k in summary["kernels"]],
+                 profile_ms_per_step=summary["total_us"] / 3e3)
+  return dict(row, step_ms=seconds * 1e3, tokens_per_s=batch * length / seconds,
+              model_tflop=tflop, tflops=tflop / seconds, mfu=mfu(tflop, seconds, peak_tflops),
+              peak_gb=_device_peak_gb(), loss=loss, **extra)
 
 
 def run_attention(impl: str, length: int, dtype: str, s: Sizes) -> dict:
@@ -323,7 +368,9 @@ def run_one(spec: dict) -> list[dict]:
     return [run_pretrain(spec["length"], spec["batch"], spec["dtype"], spec["param_dtype"], s,
                          spec.get("local", False), spec["peak_tflops"], spec.get("iters", 10),
                          spec.get("ablation", "full"), spec.get("prng", "threefry"),
-                         spec.get("dropout", True), spec.get("profile"))]
+                         spec.get("dropout", True), spec.get("profile"),
+                         spec.get("gcn_backward", "scatter_f32"),
+                         spec.get("mlm_positions", "capped"))]
   if part == "attention":
     return [run_attention(spec["impl"], spec["length"], spec["dtype"], s)]
   if part == "sdpa":
@@ -340,10 +387,15 @@ def plan(a) -> list[dict]:
       for batch in a.batches:
         if batch * length > a.max_tokens_per_step:
           continue
-        specs.append(dict(part="pretrain", length=length, batch=batch,
-                          param_dtype=a.param_dtype, peak_tflops=a.peak_tflops,
-                          iters=a.iters, ablation=a.ablation, prng=a.prng,
-                          dropout=not a.no_dropout, profile=a.profile, **common_))
+        for ablation in a.ablation:
+          for gcn_backward in (a.gcn_backward if ablation == "full" else a.gcn_backward[:1]):
+            for mlm_positions in a.mlm_positions:
+              specs.append(dict(part="pretrain", length=length, batch=batch,
+                                param_dtype=a.param_dtype, peak_tflops=a.peak_tflops,
+                                iters=a.iters, ablation=ablation, prng=a.prng,
+                                dropout=not a.no_dropout, profile=a.profile,
+                                gcn_backward=gcn_backward, mlm_positions=mlm_positions,
+                                **common_))
   if "attention" in a.parts:
     for length in a.attention_lengths:
       for impl in ("etc_rich", "dense"):
@@ -380,9 +432,17 @@ def main(argv=None) -> int:
   p.add_argument("--param_dtype", default="float32", choices=["bfloat16", "float32"])
   p.add_argument("--peak_tflops", type=float, default=H100_BF16_TFLOPS)
   p.add_argument("--iters", type=int, default=10)
-  p.add_argument("--ablation", default="full", choices=["full", "etc_rich", "etc"],
+  p.add_argument("--ablation", nargs="+", default=["full"], choices=["full", "etc_rich", "etc"],
                  help="etc_rich: without the GCN; etc: without GCN and Rich Attention "
                       "(where the time goes)")
+  p.add_argument("--gcn_backward", nargs="+", default=["scatter_f32"],
+                 choices=["scatter_f32", "scatter"],
+                 help="precision of the GCN neighbour gather's gradient scatter-add "
+                      "(flaxdoc.nn.gcn.NEIGHBOR_GRADIENT); one row each")
+  p.add_argument("--mlm_positions", nargs="+", default=["capped"], choices=["capped", "all"],
+                 help="capped: the MLM head scores only the targets, at most "
+                      "masking.default_max_predictions per sequence (the trainer's default); "
+                      "all: every position (the FLOP count follows); one row each")
   p.add_argument("--timeout", type=float, default=600)
   p.add_argument("--local", action="store_true", help="shrunk model, for CPU smoke tests")
   p.add_argument("--prng", default="threefry", choices=["threefry", "rbg", "unsafe_rbg"],

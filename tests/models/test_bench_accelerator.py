@@ -50,8 +50,9 @@ def test_plan_skips_steps_over_the_token_budget():
   a = type("A", (), dict(parts=["pretrain", "sdpa"], lengths=[1024, 4096], batches=[8, 32],
                          max_tokens_per_step=65536, attention_lengths=[2048], sdpa_impls=["einsum"],
                          local=True, dtype="bfloat16", param_dtype="float32", peak_tflops=989.0,
-                         iters=2, ablation="full", prng="threefry", no_dropout=False,
-                         profile=None))()
+                         iters=2, ablation=["full"], prng="threefry", no_dropout=False,
+                         profile=None, gcn_backward=["scatter_f32"],
+                         mlm_positions=["capped"]))()
   specs = acc.plan(a)
   steps = [(s["length"], s["batch"]) for s in specs if s["part"] == "pretrain"]
   assert steps == [(1024, 8), (1024, 32), (4096, 8)]
@@ -63,4 +64,7 @@ def test_one_tiny_pretrain_step_runs_on_cpu():
   row = acc.run_one(dict(part="pretrain", length=64, batch=2, dtype="float32",
                          param_dtype="float32", local=True, peak_tflops=1.0, iters=1))[0]
   assert row["step_ms"] > 0 and np.isfinite(row["loss"])
-  assert row["model_tflop"] == pytest.approx(acc.train_step_tflop(64, 2, acc.LOCAL))
+  # The MLM head scores the capped targets only (ceil(1.5 * 15% * 64) = 15 per sequence).
+  assert row["mlm_positions"] == 15
+  assert row["model_tflop"] == pytest.approx(acc.train_step_tflop(64, 2, acc.LOCAL, 15))
+  assert row["model_tflop"] < acc.train_step_tflop(64, 2, acc.LOCAL)
