@@ -168,6 +168,130 @@ def test_etc_fast_path_gradients_equal_the_reference(relative, with_terms):
     np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
 
 
+# Terms that read pairwise box geometry instead of projecting tokens (DocPolarBERT's polar
+# tables, LAGaBi's Gaussian bias, the squircle / cross biases, Rich Attention's reference
+# form) take `_window_terms`' other branch: the geometry blocked per query block and
+# windowed per key window. Each kind, and Rich (projected) mixed with all three kinds as
+# one ETC config can hold them, against the reference's three key blocks.
+def _geometry_terms(kind, heads=2, head_dim=8):
+  polar = {"polar_1d_buckets": 32, "polar_1d_max_distance": 128, "polar_distance_buckets": 4,
+           "polar_angle": "released", "polar_1d": True, "polar_zero_bucket": False}
+  terms = {
+      "polar": lambda: [L.PolarTerm(polar, head_dim)],
+      "polar_sectors8": lambda: [L.PolarTerm(dict(polar, polar_angle="sectors8", polar_1d=False,
+                                                  polar_zero_bucket=True), head_dim)],
+      "gaussian": lambda: [L.GaussianTerm(heads, "bottom_left", 4.0)],
+      "gaussian_paper": lambda: [L.GaussianTerm(heads, "center", 4.0, angle="paper")],
+      "squircle": lambda: [L.FixedBiasTerm("squircle")],
+      "cross": lambda: [L.FixedBiasTerm("cross")],
+      "rich_reference_form": lambda: [L.RichAttentionTerm(heads, head_dim, ("x", "y"))],
+      "rich+polar+gaussian+squircle": lambda: [
+          L.RichAttentionTerm(heads, head_dim, ("x", "index")), L.PolarTerm(polar, head_dim),
+          L.GaussianTerm(heads, "top_left", 4.0), L.FixedBiasTerm("squircle")],
+  }[kind]()
+  for i, term in enumerate(terms):
+    _randomise(term, 30 + i)
+    if isinstance(term, L.GaussianTerm):  # widths at the pairs' scale: not a constant -alpha
+      with torch.no_grad():
+        term.mu_rho.add_(0.2)
+        term.sigma_rho.add_(0.3)
+        term.sigma_theta.add_(1.0)
+  if kind == "rich_reference_form":
+    terms[0].fast = False  # no `token_projections` path: the geometry branch
+  return terms
+
+
+GEOMETRY_KINDS = ["polar", "polar_sectors8", "gaussian", "gaussian_paper", "squircle", "cross",
+                  "rich_reference_form", "rich+polar+gaussian+squircle"]
+
+
+def _layout_geom(mask, globals_, g):
+  """`EncoderModel`'s geometry for `mask [B, G + N]`: boxes on a coarse grid (shared rows
+  and columns, one repeated box), two pages, quantile edges; zeros on the globals."""
+  from flaxdoc.export.torch import geometry as geo
+  batch, total = mask.shape
+  n = total - globals_
+  x0 = 50.0 * torch.randint(0, 18, (batch, n), generator=g)
+  y0 = 40.0 * torch.randint(0, 24, (batch, n), generator=g)
+  w = 10.0 * torch.randint(1, 12, (batch, n), generator=g)
+  h = 10.0 * torch.randint(1, 4, (batch, n), generator=g)
+  boxes = torch.stack([x0, y0, x0 + w, y0 + h], dim=-1)
+  boxes[:, 3] = boxes[:, 2]  # two tokens in one box: distance 0, the angles' self-like codes
+  pages = (torch.arange(n) >= n // 2).to(torch.int64).expand(batch, n)
+  positions = torch.arange(n).expand(batch, n)
+  geom = geo.layout_geometry(boxes, mask[:, globals_:], pages=pages, positions=positions,
+                             distance_buckets_count=4)
+  return {name: torch.cat([torch.zeros((batch, globals_) + tuple(v.shape[2:]), dtype=v.dtype),
+                           v], dim=1) for name, v in geom.items()}
+
+
+@pytest.mark.parametrize("kind", GEOMETRY_KINDS)
+@pytest.mark.parametrize("relative,grad,query_block,globals_", [
+    (False, False, None, 2), (True, False, 1, 2), (False, False, 5, 2), (True, False, 40, 2),
+    (True, False, 3, 0), (False, True, 6, 1)])
+def test_etc_sdpa_with_geometry_terms_equals_blocked_masked_softmax(kind, relative, grad,
+                                                                    query_block, globals_):
+  g = torch.Generator().manual_seed(13)
+  attn = L.EtcAttention(width=16, heads=2, local_radius=3, num_globals=globals_,
+                        relative_positions=relative)
+  if query_block:
+    attn.query_block = query_block
+  _randomise(attn, 3)
+  terms = _geometry_terms(kind)
+  total = globals_ + 17  # not a multiple of the reference's blocks of 4, nor of 5, 6, 8
+  x = torch.randn(2, total, 16, generator=g)
+  mask = torch.ones(2, total, dtype=torch.bool)
+  mask[1, 12:] = False
+  mask[0, globals_ + 4:globals_ + 9] = False  # a run of padding inside a document
+  if globals_ > 1:
+    mask[1, 1] = False  # an invalid global
+  geom = _layout_geom(mask, globals_, g)
+  if grad:  # the concatenating form (see test_etc_sdpa_equals_blocked_masked_softmax)
+    with torch.enable_grad():
+      fast = attn(x, mask, terms, geom)
+      assert fast.requires_grad
+    L.set_fast_paths(attn, False)
+    with torch.no_grad():
+      slow = attn(x, mask, terms, geom)
+    L.set_fast_paths(attn, True)
+    fast, slow = fast.detach().numpy(), slow.numpy()
+  else:
+    fast, slow = _both(attn, x, mask, terms, geom)
+  np.testing.assert_allclose(fast, slow, atol=1e-5, rtol=0)
+  bare, _ = _both(attn, x, mask, [], geom)
+  assert np.abs(fast - bare).max() > 1e-3  # the terms move the output well past the tolerance
+
+
+@pytest.mark.parametrize("kind", GEOMETRY_KINDS)
+def test_etc_fast_path_gradients_with_geometry_terms_equal_the_reference(kind):
+  g = torch.Generator().manual_seed(23)
+  attn = L.EtcAttention(width=16, heads=2, local_radius=3, num_globals=2,
+                        relative_positions=True)
+  attn.query_block = 5  # 13 long tokens: the last block padded, as the reference's
+  _randomise(attn, 8)
+  terms = _geometry_terms(kind)
+  x0 = torch.randn(2, 2 + 13, 16, generator=g)
+  mask = torch.ones(2, 2 + 13, dtype=torch.bool)
+  mask[1, 9:] = False
+  geom = _layout_geom(mask, 2, g)
+  term_params = [p for t in terms for p in t.parameters()]
+  grads = []
+  for fast in (True, False):
+    L.set_fast_paths(attn, fast)
+    x = x0.clone().requires_grad_(True)
+    attn.zero_grad()
+    for p in term_params:
+      p.grad = None
+    (attn(x, mask, terms, geom) ** 2).sum().backward()
+    grads.append([x.grad.numpy().copy(), attn.query.kernel.grad.numpy().copy()]
+                 + [p.grad.numpy().copy() for p in term_params])
+  L.set_fast_paths(attn, True)
+  assert len(grads[0]) == len(grads[1]) == 2 + len(term_params)
+  for got, want in zip(grads[0], grads[1]):
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
 def test_etc_with_no_long_tokens_returns_the_globals_only():
   attn = L.EtcAttention(width=16, heads=2, local_radius=3, num_globals=2, relative_positions=False)
   _randomise(attn, 10)
