@@ -16,11 +16,12 @@ belongs to that row alone):
   builds it, on a random batch with BERT's 15% MLM targets. The MLM head scores
   only the targets, at most `masking.default_max_predictions` per sequence, as the
   trainer does (`--mlm_positions all`: every position, as before 2026-11-26; the
-  FLOP count follows what is computed). Compute in `--dtype` (parameters float32, as the trainer keeps them,
-  or `--param_dtype bfloat16`). Reports step time, tokens/s, the device's peak
-  memory, and MFU: *model* matmul FLOPs (below) per second over `--peak_tflops`
-  (H100 SXM dense bf16: 989 TFLOP/s). XLA's own count (`cost_analysis()["flops"]`,
-  element-wise work included) is printed beside it as `xla_tflop`.
+  FLOP count follows what is computed). Compute in `--dtype` (parameters float32,
+  as the trainer keeps them, or `--param_dtype bfloat16`). Reports step time,
+  tokens/s, the device's peak memory, and MFU: *model* matmul FLOPs (below) per
+  second over `--peak_tflops` (H100 / H200 SXM dense bf16: 989 TFLOP/s). XLA's own
+  count (`cost_analysis()["flops"]`, element-wise work included) is printed beside it
+  as `xla_tflop`.
 * `attention`: forward of the 12 x 768 encoder (the `flaxdoc.bench.attention`
   rows `etc_rich` and `dense`) at 2k / 8k / 16k tokens in `--dtype`.
 * `sdpa`: one dense attention (12 heads x 64, batch 1) as a plain einsum-softmax-
@@ -32,8 +33,9 @@ Model FLOPs (2 per multiply-add, matrix products only): the encoder forward from
 `flaxdoc.bench.attention.forward_gflop("etc_rich")`, plus the GCN (per node and
 layer: the message MLP's node parts `2 * 2E * Hm`, its second layer `2 * Hm * E`,
 the edge part `2 * K * F * Hm`, with `Hm = 2E + F`), the super-token input
-projection and the MLM head (`2 P E^2 + 2 P E V` over the `P` positions it scores); a training step is 3x the forward
-(backward = 2x). `--local` runs a shrunk model at tiny sizes (the CPU tests).
+projection and the MLM head (`2 P E^2 + 2 P E V` over the `P` positions it scores);
+a training step is 3x the forward (backward = 2x). `--local` runs a shrunk model at
+tiny sizes (the CPU tests).
 """
 
 from __future__ import annotations

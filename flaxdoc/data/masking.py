@@ -117,7 +117,8 @@ def mask_tokens(features: dict[str, np.ndarray], rng: np.random.Generator, token
   chosen = eligible & (rng.random(ids.shape) < rate)
   if max_predictions is not None:
     if isinstance(max_predictions, bool) or int(max_predictions) < 1:
-      raise ValueError(f"max_predictions must be a positive integer or None, got {max_predictions!r}")
+      raise ValueError(f"max_predictions must be a positive integer or None, "
+                       f"got {max_predictions!r}")
     chosen = cap_per_row(chosen, int(max_predictions), rng)
   action = rng.random(ids.shape)
   specials = (tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id,

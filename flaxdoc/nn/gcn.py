@@ -120,7 +120,7 @@ NEIGHBOR_GRADIENTS = ("scatter_f32", "scatter")
 
 
 def gather_neighbors(x: Array, ids: Array) -> Array:
-  """`x [B, L, H]`, `ids int32 [B, L, K]` (in range) -> `[B, L, K, H]`, `out[b, l, k] = x[b, ids[b, l, k]]`.
+  """`x [B, L, H]`, `ids int32 [B, L, K]` (in range) -> `out [B, L, K, H]`, `x[b, ids[b, l, k]]`.
 
   The result has `x`'s dtype; `NEIGHBOR_GRADIENT` decides only the precision of the
   gradient's scatter-add.
