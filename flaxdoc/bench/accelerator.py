@@ -262,9 +262,15 @@ def _time_pretrain(compiled, state, data, length, batch, s, peak_tflops, iters, 
     with jax.profiler.trace(folder, create_perfetto_trace=True):
       for _ in range(3):
         jax.block_until_ready(call())
-    summary = profile_summary.summarise(profile_summary.load_events(folder), top=30)
+    events = profile_summary.load_events(folder)
+    summary = profile_summary.summarise(events, top=30)
+    hlo_text = compiled.as_text()
+    with open(os.path.join(folder, "step.hlo.txt"), "w") as f:  # for profile_summary --hlo
+      f.write(hlo_text)
+    parts = profile_summary.summarise_parts(events, profile_summary.hlo_op_names(hlo_text))
     extra = dict(profile=folder, profile_kinds={k["kind"]: round(k["share"], 4)
                                                 for k in summary["kinds"]},
+                 profile_parts={p["part"]: round(p["share"], 4) for p in parts},
                  profile_top=[(k["name"][:100], round(k["share"], 4), k["count"])
                               for k in summary["kernels"]],
                  profile_ms_per_step=summary["total_us"] / 3e3)
@@ -476,6 +482,8 @@ def main(argv=None) -> int:
         if r.get("profile_kinds"):
           kinds = ", ".join(f"{k} {100 * v:.1f}%" for k, v in r["profile_kinds"].items())
           print(f"#   kernel time by kind ({r['profile']}): {kinds}", flush=True)
+          parts = ", ".join(f"{k} {100 * v:.1f}%" for k, v in r["profile_parts"].items())
+          print(f"#   kernel time by model part: {parts}", flush=True)
   for part, columns, title in (
       ("pretrain", COLUMNS_PRETRAIN, "FormNet-A2 pre-training step (MLM)"),
       ("attention", COLUMNS_ATTENTION, "encoder forward, ETC vs dense attention"),

@@ -1,6 +1,6 @@
 r"""Where a jitted step spends its time: a `jax.profiler` trace summed by kernel and by kind.
 
-    python -m flaxdoc.bench.profile_summary TRACE_DIR [--top 25] [--json]
+    python -m flaxdoc.bench.profile_summary TRACE_DIR [--top 25] [--hlo MODULE.txt] [--json]
 
 `jax.profiler.trace(dir, create_perfetto_trace=True)` writes a Chrome-trace JSON
 (`perfetto_trace.json.gz`) next to the TensorBoard files. This reads it without
@@ -19,7 +19,14 @@ by name, and each name is put in a kind by what XLA and the vendor libraries cal
 | `fusion` | any other fusion (element-wise work XLA fused) |
 | `other` | the rest |
 
-The first matching kind wins, in the order of the table. `bench.accelerator --profile
+The first matching kind wins, in the order of the table.
+
+Given the compiled module's text (`--hlo`, or a `*.hlo.txt` beside the trace, which
+`bench.accelerator --profile` writes), kernel time is also summed by *model part*:
+each kernel is matched to its HLO instruction (by name, or by the event's `hlo_op`),
+the instruction to its `op_name` metadata (JAX's name stack with Flax's module path),
+and that to a part (`PARTS`: GCN, attention, Rich Attention, feed-forward, MLM head,
+optimizer, ...; "(backward)" under a transpose). `bench.accelerator --profile
 DIR` writes such a trace for each pre-training row and prints this summary, which is
 what the H100 MFU investigation of issue 14 needs first (which kernels, not which
 layers, take the step).
@@ -31,6 +38,7 @@ import argparse
 import collections
 import gzip
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -47,7 +55,24 @@ KINDS = (
 # with "$"; the PjRt wrappers enclose the kernels they launch).
 HOST_WRAPPERS = ("PjitFunction", "PjRt", "Execute", "ParseArguments", "Handle inputs",
                  "AllocateOutputBuffers", "CollectGarbage", "CreateOutputs", "ThunkExecutor",
-                 "XlaModule", "TraceMe")
+                 "XlaModule", "TraceMe", "ThreadPool", "DevicePut", "Handle input event")
+
+
+# Model parts, by what the kernels' HLO `op_name` metadata holds: JAX's name stack with
+# Flax's module path (`.../encoder/layer_3/attention/term_0/...`). The first match wins
+# (so a LayerNorm inside the GCN counts as GCN); an op under `transpose(` is the backward
+# pass; an op outside the model's `jvp(` is the optimizer's update.
+PARTS = (
+    ("mlm head", ("mlm_head",)),
+    ("gcn", ("super_token", "gcn")),
+    ("layer norm", ("attention_norm", "mlp_norm", "layer_norm", "layernorm")),
+    ("dropout", ("dropout", "bernoulli", "threefry")),
+    ("layout terms", ("/term_", "rich")),
+    ("attention", ("attention",)),
+    ("feed-forward", ("mlp", "erfc", "gelu")),
+    ("tagging head", ("tagging_head",)),
+    ("embeddings", ("embed",)),
+)
 
 
 class TraceError(ValueError):
@@ -91,19 +116,16 @@ def load_events(path: str | Path) -> list[dict]:
   return events
 
 
-def summarise(events: list[dict], top: int = 25) -> dict:
-  """Sums kernel time by name and by kind over the device lanes (the host lane if none).
-
-  Returns `{"lanes": [...], "total_us", "kinds": [{kind, us, share}], "kernels":
-  [{name, kind, us, share, count}]}`, both lists largest first.
-  """
+def _kernel_times(events: list[dict]):
+  """`({name: (microseconds, hlo_op)}, {name: calls}, lanes)` over the device lanes
+  (the host lane, less the runtime's wrappers, when there is no device lane)."""
   lanes = {}
   for e in events:
     if e.get("ph") == "M" and e.get("name") == "process_name":
       lanes[e.get("pid")] = str(e.get("args", {}).get("name", ""))
   device = {pid for pid, n in lanes.items() if "/device:" in n}
   use = device or {pid for pid, n in lanes.items() if n.startswith("/host")} or set(lanes)
-  by_name: dict[str, float] = collections.defaultdict(float)
+  by_name: dict[str, list] = {}
   counts: dict[str, int] = collections.Counter()
   for e in events:
     if e.get("ph") != "X" or e.get("pid") not in use:
@@ -111,8 +133,24 @@ def summarise(events: list[dict], top: int = 25) -> dict:
     name = str(e.get("name", "?"))
     if not device and (name.startswith("$") or any(w in name for w in HOST_WRAPPERS)):
       continue
-    by_name[name] += float(e.get("dur", 0.0))
+    entry = by_name.setdefault(name, [0.0, None])
+    entry[0] += float(e.get("dur", 0.0))
+    hlo_op = (e.get("args") or {}).get("hlo_op")
+    if hlo_op and not str(hlo_op).startswith("command_buffer"):
+      entry[1] = str(hlo_op)
     counts[name] += 1
+  return ({k: (v[0], v[1]) for k, v in by_name.items()}, counts,
+          sorted(lanes[p] for p in use))
+
+
+def summarise(events: list[dict], top: int = 25) -> dict:
+  """Sums kernel time by name and by kind over the device lanes (the host lane if none).
+
+  Returns `{"lanes": [...], "total_us", "kinds": [{kind, us, share}], "kernels":
+  [{name, kind, us, share, count}]}`, both lists largest first.
+  """
+  timed, counts, lane_names = _kernel_times(events)
+  by_name = {name: us for name, (us, _) in timed.items()}
   total = sum(by_name.values())
   by_kind: dict[str, float] = collections.defaultdict(float)
   for name, us in by_name.items():
@@ -120,17 +158,100 @@ def summarise(events: list[dict], top: int = 25) -> dict:
   share = (lambda us: us / total) if total > 0 else (lambda us: 0.0)
   kernels = sorted(by_name.items(), key=lambda kv: -kv[1])[:top]
   return dict(
-      lanes=sorted(lanes[p] for p in use), total_us=total,
+      lanes=lane_names, total_us=total,
       kinds=[dict(kind=k, us=us, share=share(us))
              for k, us in sorted(by_kind.items(), key=lambda kv: -kv[1])],
       kernels=[dict(name=n, kind=kind_of(n), us=us, share=share(us), count=counts[n])
                for n, us in kernels])
 
 
+def part_of(op_name: str) -> str:
+  """The model part an HLO `op_name` belongs to (`PARTS`), "(backward)" under a transpose."""
+  low = op_name.lower()
+  if "jvp(" not in low:
+    return "optimizer"
+  part = next((p for p, needles in PARTS if any(n in low for n in needles)), "other")
+  return f"{part} (backward)" if "transpose(" in low else part
+
+
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+_COMPUTATION = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s*[({]")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+_CALLS = re.compile(r"(?:calls|to_apply|body)=%?([\w.\-]+)")
+_OPERAND = re.compile(r"%([\w.\-]+)")
+
+
+def hlo_op_names(hlo_text: str) -> dict[str, str]:
+  """`{instruction name: op_name}` from a compiled module's text (`compiled.as_text()`).
+
+  An instruction without metadata of its own (most fusions) takes the first op_name
+  found inside the computation it calls (its fused instructions).
+  """
+  own: dict[str, str] = {}
+  calls: dict[str, str] = {}
+  operands: dict[str, list[str]] = {}
+  first_in: dict[str, str] = {}
+  computation = None
+  for line in hlo_text.splitlines():
+    m = _INSTRUCTION.match(line)
+    if m is None:
+      c = _COMPUTATION.match(line)
+      if c is not None and not line.strip().startswith("}"):
+        computation = c.group(1)
+      continue
+    name, rest = m.groups()
+    op = _OP_NAME.search(rest)
+    if op:
+      own[name] = op.group(1)
+      if computation is not None:
+        first_in.setdefault(computation, op.group(1))
+    called = _CALLS.search(rest)
+    if called:
+      calls[name] = called.group(1)
+    operands[name] = _OPERAND.findall(rest.split("metadata=", 1)[0])
+  names = dict(own)
+  for name, computation_name in calls.items():
+    if name not in names and computation_name in first_in:
+      names[name] = first_in[computation_name]
+  # What passes added without metadata (layout copies, split dots) belongs where its
+  # first operand does (instructions come in dependency order within a computation).
+  for name, args in operands.items():
+    if name not in names:
+      found = next((names[a] for a in args if a in names), None)
+      if found is not None:
+        names[name] = found
+  return names
+
+
+def summarise_parts(events: list[dict], op_names: dict[str, str]) -> list[dict]:
+  """Kernel time by model part (`part_of` each kernel's op_name), largest first.
+
+  A kernel is found by its name (XLA:CPU names kernels after their HLO instruction;
+  XLA:GPU after the fusion, `.` written `_`) or by its `hlo_op` argument. Library
+  kernels launched from a CUDA graph (cuBLAS, cuDNN under `command_buffer_*`) carry
+  neither and are counted as "unattributed"; `XLA_FLAGS=--xla_gpu_enable_command_buffer=`
+  turns the graphs off for a profile that names them.
+  """
+  lookup = dict(op_names)
+  lookup.update({k.replace(".", "_"): v for k, v in op_names.items()})
+  by_name, _, _ = _kernel_times(events)
+  parts: dict[str, float] = collections.defaultdict(float)
+  for name, (us, hlo_op) in by_name.items():
+    op_name = lookup.get(name) or lookup.get(hlo_op or "")
+    parts[part_of(op_name) if op_name else "unattributed"] += us
+  total = sum(parts.values())
+  return [dict(part=p, us=us, share=us / total if total else 0.0)
+          for p, us in sorted(parts.items(), key=lambda kv: -kv[1])]
+
+
 def format_summary(s: dict) -> str:
   lines = [f"lanes: {', '.join(s['lanes']) or '-'}; kernel time {s['total_us'] / 1e3:.2f} ms",
            "", f"{'kind':<10} {'ms':>10} {'share':>7}"]
   lines += [f"{k['kind']:<10} {k['us'] / 1e3:>10.3f} {100 * k['share']:>6.1f}%" for k in s["kinds"]]
+  if s.get("parts"):
+    lines += ["", f"{'model part':<28} {'ms':>10} {'share':>7}"]
+    lines += [f"{p['part']:<28} {p['us'] / 1e3:>10.3f} {100 * p['share']:>6.1f}%"
+              for p in s["parts"]]
   lines += ["", f"{'ms':>10} {'share':>7} {'calls':>6}  {'kind':<9} kernel"]
   lines += [f"{k['us'] / 1e3:>10.3f} {100 * k['share']:>6.1f}% {k['count']:>6}  {k['kind']:<9} "
             f"{k['name'][:90]}" for k in s["kernels"]]
@@ -141,13 +262,25 @@ def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("trace", help="a jax.profiler trace folder, or its *.json.gz")
   p.add_argument("--top", type=int, default=25)
+  p.add_argument("--hlo", default=None,
+                 help="the compiled module's text (`compiled.as_text()`), to sum kernel time "
+                      "by model part; default: a *.hlo.txt in the trace folder, if any")
   p.add_argument("--json", action="store_true")
   a = p.parse_args(argv)
   try:
-    s = summarise(load_events(a.trace), a.top)
+    events = load_events(a.trace)
   except TraceError as e:
     print(f"error: {e}", file=sys.stderr)
     return 1
+  s = summarise(events, a.top)
+  hlo = Path(a.hlo) if a.hlo else None
+  if hlo is None and Path(a.trace).is_dir():
+    hlo = next(iter(sorted(Path(a.trace).glob("*.hlo.txt"))), None)
+  if hlo is not None:
+    if not hlo.is_file():
+      print(f"error: {hlo}: no such HLO text file", file=sys.stderr)
+      return 1
+    s["parts"] = summarise_parts(events, hlo_op_names(hlo.read_text()))
   print(json.dumps(s) if a.json else format_summary(s))
   return 0
 

@@ -2,6 +2,7 @@
 
 import gzip
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -80,3 +81,56 @@ def test_accelerator_profile_flag_writes_a_trace_and_its_summary(tmp_path):
   assert row["profile"].startswith(str(tmp_path))
   assert ps.find_trace(row["profile"]).exists()
   assert sum(row["profile_kinds"].values()) == pytest.approx(1.0, abs=1e-3)
+  # Kernel time by model part: the GCN, attention and MLM head are each found in the step.
+  parts = row["profile_parts"]
+  assert sum(parts.values()) == pytest.approx(1.0, abs=1e-3)
+  assert {"gcn", "gcn (backward)", "attention", "mlm head"} <= set(parts)
+  # XLA:CPU names kernels after their HLO ops; what stays unnamed is mostly loop-state copies.
+  assert parts.get("unattributed", 0.0) < 0.1
+  assert list(Path(row["profile"]).glob("*.hlo.txt"))
+
+
+HLO = """HloModule jit_step
+
+%fused_computation.7 (param_0: f32[8]) -> f32[8] {
+  %param_0 = f32[8]{0} parameter(0)
+  ROOT %multiply.1 = f32[8]{0} multiply(%param_0, %param_0), metadata={op_name="jit(step)/transpose(jvp(FormNet))/super_tokens/gcn_layer_0/mul" source_file="gcn.py"}
+}
+
+ENTRY %main.9 (p: f32[8]) -> f32[8] {
+  %p = f32[8]{0} parameter(0)
+  %dot.3 = f32[8]{0} dot(%p, %p), metadata={op_name="jit(step)/jvp(FormNet)/encoder/layer_0/attention/dot_general"}
+  %loop_multiply_fusion.7 = f32[8]{0} fusion(%dot.3), kind=kLoop, calls=%fused_computation.7
+  ROOT %custom-call.2 = f32[8]{0} custom-call(%p), custom_call_target="__cublas$gemm", metadata={op_name="jit(step)/jvp(FormNet)/mlm_head/dot_general"}
+}
+"""
+
+
+def test_kernel_time_by_model_part_from_the_hlo_metadata(tmp_path, capsys):
+  names = ps.hlo_op_names(HLO)
+  assert names["dot.3"].endswith("attention/dot_general")
+  assert "gcn_layer_0" in names["loop_multiply_fusion.7"]  # from the computation it calls
+  x = lambda name, dur, **args: {"ph": "X", "pid": 1, "name": name, "dur": dur, "ts": 0,  # noqa
+                                 "args": args}
+  events = [_lane(1, "/device:GPU:0"),
+            x("loop_multiply_fusion_7", 40.0, hlo_op="command_buffer_1"),  # GPU: `.` -> `_`
+            x("dot.3", 30.0),  # CPU: the instruction's own name
+            x("nvjet_sm90_tst_128x256", 20.0, hlo_op="custom-call.2"),  # named by its hlo_op
+            x("nvjet_sm90_tst_64x64", 10.0, hlo_op="command_buffer_1")]  # inside a CUDA graph
+  parts = {p["part"]: p["us"] for p in ps.summarise_parts(events, names)}
+  assert parts == {"gcn (backward)": 40.0, "attention": 30.0, "mlm head": 20.0,
+                   "unattributed": 10.0}
+  assert ps.part_of("jit(step)/jvp(FormNet)/encoder/layer_2/attention/term_0/log_sigmoid") == \
+      "layout terms"
+  assert ps.part_of("jit(step)/transpose(jvp(FormNet))/encoder/layer_2/attention_norm/mul") == \
+      "layer norm (backward)"
+  assert ps.part_of("jit(step)/jvp(FormNet)/super_tokens/gcn_0/layer_norm/mul") == "gcn"
+  assert ps.part_of("jit(step)/add") == "optimizer"  # outside the model's jvp: the update
+  # The command line finds the module text beside the trace.
+  folder = _write(tmp_path, events)
+  (folder / "step.hlo.txt").write_text(HLO)
+  capsys.readouterr()
+  assert ps.main([str(folder), "--json"]) == 0
+  printed = json.loads(capsys.readouterr().out)
+  assert {p["part"]: p["us"] for p in printed["parts"]} == parts
+  assert ps.main([str(folder), "--hlo", str(tmp_path / "missing.txt")]) == 1
