@@ -68,3 +68,28 @@ def test_one_tiny_pretrain_step_runs_on_cpu():
   assert row["mlm_positions"] == 15
   assert row["model_tflop"] == pytest.approx(acc.train_step_tflop(64, 2, acc.LOCAL, 15))
   assert row["model_tflop"] < acc.train_step_tflop(64, 2, acc.LOCAL)
+
+
+def test_sdpa_rows_come_one_by_one_and_check_a_slice_of_queries(monkeypatch):
+  monkeypatch.setattr(acc, "REFERENCE_QUERIES", 16)
+  rows = acc.run_sdpa_all(["einsum", "xla", "cudnn"], 48, "float32", acc.LOCAL)
+  first = next(rows)  # a generator: the first row exists before the others are measured
+  rows = [first] + list(rows)
+  ok = [r for r in rows if "error" not in r]
+  assert {(r["impl"], r["bias"], r["pass"]) for r in ok} >= {
+      (impl, bias, p) for impl in ("einsum", "xla") for bias in (False, True)
+      for p in ("fwd", "fwd+bwd")}
+  assert all(r["err_queries"] == 16 and r["max_err"] < 1e-5 for r in ok)
+  # cuDNN has no CPU kernel: its rows are errors, and they do not stop the others.
+  assert all(r["impl"] == "cudnn" for r in rows if "error" in r)
+
+
+def test_a_timed_out_row_keeps_what_it_printed():
+  spec = {"part": "sdpa", "length": 16384}
+  printed = (b'{"part": "sdpa", "impl": "einsum", "pass": "fwd", "time_ms": 1.5}\n'
+             b'{"part": "sdpa", "impl": "xla", "pa')  # killed mid-line
+  rows = acc.collect_rows(printed, spec, "timed out after 600 s")
+  assert rows == [{"part": "sdpa", "impl": "einsum", "pass": "fwd", "time_ms": 1.5},
+                  dict(spec, error="timed out after 600 s")]
+  assert acc.collect_rows(None, spec, "boom") == [dict(spec, error="boom")]
+  assert acc.collect_rows('{"a": 1}\nnoise\n', spec) == [{"a": 1}]
