@@ -41,6 +41,32 @@ def _both(module, *args):
   return fast.numpy(), slow.numpy()
 
 
+def _etc_mask(total, globals_):
+  """Two rows of `total` tokens: a padded tail, a run of padding inside a document and,
+  with more than one global, an invalid global."""
+  mask = torch.ones(2, total, dtype=torch.bool)
+  mask[1, 12:] = False
+  mask[0, globals_ + 4:globals_ + 9] = False  # a run of padding inside a document
+  if globals_ > 1:
+    mask[1, 1] = False  # an invalid global
+  return mask
+
+
+def _etc_fast_and_reference(attn, x, mask, terms, geom, grad):
+  """`_both`, or with `grad` the fast path run with gradients on (the concatenating form:
+  the CPU kernel with a log-sum-exp takes no gradient for the mask)."""
+  if not grad:
+    return _both(attn, x, mask, terms, geom)
+  with torch.enable_grad():
+    fast = attn(x, mask, terms, geom)
+    assert fast.requires_grad
+  L.set_fast_paths(attn, False)
+  with torch.no_grad():
+    slow = attn(x, mask, terms, geom)
+  L.set_fast_paths(attn, True)
+  return fast.detach().numpy(), slow.numpy()
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_gcn_once_per_node_equals_per_edge_messages(seed):
   g = torch.Generator().manual_seed(100 + seed)
@@ -96,24 +122,10 @@ def test_etc_sdpa_equals_blocked_masked_softmax(relative, with_terms, grad, quer
   _randomise(rich, 4)
   total = globals_ + 17  # 17 long tokens: the reference's 5 blocks of 4, the last padded
   x = torch.randn(2, total, 16, generator=g)
-  mask = torch.ones(2, total, dtype=torch.bool)
-  mask[1, 12:] = False
-  mask[0, globals_ + 4:globals_ + 9] = False  # a run of padding inside a document
-  if globals_ > 1:
-    mask[1, 1] = False  # an invalid global
+  mask = _etc_mask(total, globals_)
   geom = {"centers": 1000 * torch.rand(2, total, 2, generator=g)}
   terms = [rich] if with_terms else []
-  if grad:
-    with torch.enable_grad():
-      fast = attn(x, mask, terms, geom)
-      assert fast.requires_grad
-    L.set_fast_paths(attn, False)
-    with torch.no_grad():
-      slow = attn(x, mask, terms, geom)
-    L.set_fast_paths(attn, True)
-    fast, slow = fast.detach().numpy(), slow.numpy()
-  else:
-    fast, slow = _both(attn, x, mask, terms, geom)
+  fast, slow = _etc_fast_and_reference(attn, x, mask, terms, geom, grad)
   np.testing.assert_allclose(fast, slow, atol=1e-5, rtol=0)
 
 
@@ -240,23 +252,9 @@ def test_etc_sdpa_with_geometry_terms_equals_blocked_masked_softmax(kind, relati
   terms = _geometry_terms(kind)
   total = globals_ + 17  # not a multiple of the reference's blocks of 4, nor of 5, 6, 8
   x = torch.randn(2, total, 16, generator=g)
-  mask = torch.ones(2, total, dtype=torch.bool)
-  mask[1, 12:] = False
-  mask[0, globals_ + 4:globals_ + 9] = False  # a run of padding inside a document
-  if globals_ > 1:
-    mask[1, 1] = False  # an invalid global
+  mask = _etc_mask(total, globals_)
   geom = _layout_geom(mask, globals_, g)
-  if grad:  # the concatenating form (see test_etc_sdpa_equals_blocked_masked_softmax)
-    with torch.enable_grad():
-      fast = attn(x, mask, terms, geom)
-      assert fast.requires_grad
-    L.set_fast_paths(attn, False)
-    with torch.no_grad():
-      slow = attn(x, mask, terms, geom)
-    L.set_fast_paths(attn, True)
-    fast, slow = fast.detach().numpy(), slow.numpy()
-  else:
-    fast, slow = _both(attn, x, mask, terms, geom)
+  fast, slow = _etc_fast_and_reference(attn, x, mask, terms, geom, grad)
   np.testing.assert_allclose(fast, slow, atol=1e-5, rtol=0)
   bare, _ = _both(attn, x, mask, [], geom)
   assert np.abs(fast - bare).max() > 1e-3  # the terms move the output well past the tolerance
