@@ -19,9 +19,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from flaxdoc.export.torch import native
 from flaxdoc.export.torch.basic import (BIG_NEG, ETC_MAX_RELATIVE_DISTANCE, HeadsProjection,
                                          OutProjection, _param)
-from flaxdoc.export.torch.terms import apply_terms
+from flaxdoc.export.torch.terms import RichAttentionTerm, apply_terms
 
 
 def sdpa_with_bias(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
@@ -161,6 +162,9 @@ class EtcAttention(nn.Module):
     # fewer keys (the reference's `r + 1` blocks see `3(r + 1)`: 255 at r = 84, 196 here),
     # down to where the kernel's per-block overhead wins. Set before the first call.
     self.query_block = max(8, (self.radius + 1) // 3)
+    # Rich Attention's window logits through the native kernel (`native.py`) where it can
+    # run (float32 CPU forward without gradients); False keeps the tensor form.
+    self.native = True
 
   def forward(self, x, mask, terms=(), geom=None) -> torch.Tensor:
     q, k, v = self.query(x), self.key(x), self.value(x)  # [B, G+N, H, D]
@@ -265,6 +269,8 @@ class EtcAttention(nn.Module):
     kernel. The additive parts (relative positions, layout terms) and the mask are one
     float mask `[B * nb, H, c, c + 2r]`. The globals' keys are merged afterwards through
     the kernel's log-sum-exp (CPU), so the windows are never copied to append them.
+    A Rich Attention term and the mask come from one native kernel where it can run
+    (`_native_rich_term`).
     """
     g, r, c = self.g, self.radius, int(self.query_block)
     batch, _, heads, d = q.shape
@@ -291,8 +297,6 @@ class EtcAttention(nn.Module):
     window = torch.ones((c, kk), dtype=torch.bool, device=q.device).triu(0).tril(2 * r)
     l2l_mask = window & valid_q[..., :, None] & win(mask[:, g:])[..., None, :]
     l2g_mask = valid_q[..., :, None] & mask[:, None, None, :g]  # [B, nb, c, G]
-    # Head-shared 0 / BIG_NEG: the mask enters as one add, not a select over all heads.
-    neg = torch.where(l2l_mask, 0.0, BIG_NEG).to(q.dtype)[:, :, None]  # [B, nb, 1, c, kk]
     local, l2g = None, None
     if self.relative:
       md = ETC_MAX_RELATIVE_DISTANCE
@@ -301,10 +305,21 @@ class EtcAttention(nn.Module):
       ids = torch.tensor(np.clip(offsets, -md, md) + md, dtype=torch.int64, device=q.device)
       local = torch.gather(qr, -1, ids.expand(qr.shape[:-1] + (kk,)))
       l2g = qr[..., 2 * md + 1:2 * md + 2]  # every long token is a member of every global
-    if terms:
-      t = self._window_terms(terms, q_pad, k_pad, ql, kw, geom, blk, win)
-      local = t if local is None else local.add_(t)
-    bias = neg if local is None else local.add_(neg)  # [B, nb, H | 1, c, kk]
+    rich = self._native_rich_term(terms, q, k, v)
+    if rich is not None:  # Rich's logits and the mask from one fused kernel
+      bias = self._native_rich(rich, q_pad, k_pad, geom, mask, nb, c)  # [B, nb, H, c, kk]
+      others = [t for t in terms if t is not rich]
+      if others:
+        bias.add_(self._window_terms(others, q_pad, k_pad, ql, kw, geom, blk, win))
+      if local is not None:
+        bias.add_(local)
+    else:
+      if terms:
+        t = self._window_terms(terms, q_pad, k_pad, ql, kw, geom, blk, win)
+        local = t if local is None else local.add_(t)
+      # Head-shared 0 / BIG_NEG: the mask enters as one add, not a select over all heads.
+      neg = torch.where(l2l_mask, 0.0, BIG_NEG).to(q.dtype)[:, :, None]  # [B, nb, 1, c, kk]
+      bias = neg if local is None else local.add_(neg)  # [B, nb, H | 1, c, kk]
     qb = ql.reshape(batch * nb, c, heads, d).transpose(1, 2)  # views (kernels take strides)
     kb = kw.permute(0, 1, 3, 2, 4).reshape(batch * nb, heads, kk, d)
     vb = vw.permute(0, 1, 3, 2, 4).reshape(batch * nb, heads, kk, d)
@@ -336,6 +351,41 @@ class EtcAttention(nn.Module):
     out = out * visible[:, :, None, :, None].to(out.dtype)  # no visible key: 0, as the reference
     out = out.permute(0, 1, 3, 2, 4)  # [B, nb, c, H, D]
     return out.reshape(batch, padded, heads, d)[:, :length]
+
+  def _native_rich_term(self, terms, q, k, v):
+    """The Rich Attention term the native kernel computes (`native.rich_window_bias`), or
+    None: it needs a float32 CPU forward without gradients (the kernel has no backward)
+    and at most two axes; any other case keeps the tensor form."""
+    if not self.native or q.device.type != "cpu" or q.dtype != torch.float32:
+      return None
+    rich = next((t for t in terms if isinstance(t, RichAttentionTerm) and t.fast
+                 and len(t.axes) <= 2), None)
+    if rich is None:
+      return None
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *rich.parameters())):
+      return None
+    # Tracing (torch.compile) must not run the compiler: it reads what an eager call or
+    # `compile_layers` already built.
+    ready = native.loaded() if torch.compiler.is_compiling() else native.available()
+    return rich if ready else None
+
+  def _native_rich(self, term, q_pad, k_pad, geom, mask, nb: int, c: int) -> torch.Tensor:
+    """Rich Attention over the windows plus the window/validity mask: `[B, nb, H, c, kk]`
+    logits, `BIG_NEG` where a key is not visible (the tensor form's bias + mask)."""
+    g, r, a = self.g, self.radius, len(term.axes)
+    th = term.theta.abs() * math.sqrt(0.5)  # [H, A]
+    per_head = th.T[:, None, :, None]  # [A, 1, H, 1]
+    pq = term.token_projections(q_pad, "q")  # [2A, B, H, nq]
+    pk = term.token_projections(k_pad, "k")  # [2A, B, H, nk]
+    oq = pq[:a] + term.b.T[:, None, :, None]
+    dq = (pq[a:] + term.c.T[:, None, :, None]) * per_head
+    dk = pk[a:] * per_head
+    coords = torch.stack([term._coordinate(geom, ax)[:, g:] for ax in term.axes])  # [A, B, N]
+    valid = mask[:, g:]
+    return native.rich_window_bias(
+        oq, pk[:a], dq, dk, th, _pad_for_windows(coords, c, 0, nb, dim=-1),
+        _pad_for_windows(coords, c, r, nb, dim=-1), _pad_for_windows(valid, c, 0, nb, dim=-1),
+        _pad_for_windows(valid, c, r, nb, dim=-1), nb, c, r, BIG_NEG)
 
   def _window_terms(self, terms, q_pad, k_pad, ql, kw, geom, blk, win) -> torch.Tensor:
     """The layout terms on the query blocks and their key windows: `[B, nb, H | 1, c, kk]`.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from flaxdoc.export.torch import native
 from flaxdoc.export.torch.basic import set_fast_paths
 
 
@@ -24,4 +25,5 @@ def compile_layers(model: torch.nn.Module, *, mode: str | None = None,
   more kernels). Returns the compiled module; the original is left usable.
   """
   set_fast_paths(model.eval(), True)
+  native.available()  # builds the native kernels now: tracing must not run the compiler
   return torch.compile(model, mode=mode, dynamic=dynamic)
