@@ -77,8 +77,8 @@ def _numpy_reference(term, q, k, coords, valid, block, radius):
             for ax in range(len(term.axes)):
               ci, cj = coords[ax, b, qi], coords[ax, b, kj]
               z = q[b, qi, h] @ w_q[h, :, ax] + k[b, kj, h] @ w_k[h, :, ax] + b_[h, ax]
-              p = 1.0 / (1.0 + math.exp(-z))
-              order = math.log(p) if ci < cj else math.log(1.0 - p)
+              # log p or log(1 - p), p = sigmoid(z), without rounding p to 1
+              order = -np.logaddexp(0.0, -z) if ci < cj else -np.logaddexp(0.0, z)
               mu = q[b, qi, h] @ v_q[h, :, ax] + k[b, kj, h] @ v_k[h, :, ax] + c_[h, ax]
               total += order - 0.5 * theta[h, ax] ** 2 * (math.log1p(abs(ci - cj)) - mu) ** 2
             out[b, n, h, i, t] = total
@@ -147,14 +147,15 @@ def test_kernel_equals_the_rich_reference_form_at_a_larger_size():
 
 @pytest.fixture
 def kernel_calls(monkeypatch):
-  """Counts the layer's calls of the native op."""
+  """Counts the layer's calls of the native ops, by name."""
   calls = []
-  real = A.native.rich_window_bias
+  for name in ("rich_window_bias", "etc_rich_attention"):
+    real = getattr(A.native, name)
 
-  def counted(*args):
-    calls.append(args[0].shape)
-    return real(*args)
-  monkeypatch.setattr(A.native, "rich_window_bias", counted)
+    def counted(*args, _real=real, _name=name):
+      calls.append(_name)
+      return _real(*args)
+    monkeypatch.setattr(A.native, name, counted)
   return calls
 
 
@@ -179,17 +180,22 @@ def _etc_case(relative, globals_, extra_terms, seed=3):
 
 
 @needs_kernel
-@pytest.mark.parametrize("relative,globals_,extra_terms", [
-    (False, 1, False), (True, 2, False), (True, 0, True), (False, 2, True)])
+@pytest.mark.parametrize("relative,globals_,extra_terms,kernel", [
+    # Rich alone (FormNet): the whole attention in one kernel; with ETC's relative ids or
+    # another term: the Rich logits from the kernel, the attention from SDPA.
+    (False, 1, False, "etc_rich_attention"), (False, 0, False, "etc_rich_attention"),
+    (False, 2, False, "etc_rich_attention"), (True, 2, False, "rich_window_bias"),
+    (True, 0, True, "rich_window_bias"), (False, 2, True, "rich_window_bias")])
 def test_etc_layer_with_the_kernel_equals_tensor_form_and_reference(kernel_calls, relative,
-                                                                    globals_, extra_terms):
+                                                                    globals_, extra_terms,
+                                                                    kernel):
   attn, terms, x, mask, geom = _etc_case(relative, globals_, extra_terms)
   with torch.no_grad():
     got = attn(x, mask, terms, geom)
-    assert len(kernel_calls) == 1  # the kernel ran
+    assert kernel_calls == [kernel]  # the kernel ran
     attn.native = False
     tensor_form = attn(x, mask, terms, geom)
-    assert len(kernel_calls) == 1  # and the tensor form did not call it
+    assert kernel_calls == [kernel]  # and the tensor form did not call it
     attn.native = True
     L.set_fast_paths(attn, False)
     reference = attn(x, mask, terms, geom)
@@ -222,8 +228,10 @@ class _Layer(torch.nn.Module):
 
 
 @needs_kernel
-def test_the_kernel_is_one_node_for_torch_compile_and_torch_export():
-  attn, terms, x, mask, geom = _etc_case(True, 1, False)
+@pytest.mark.parametrize("relative,op", [(True, "flaxdoc.rich_window_bias"),
+                                         (False, "flaxdoc.etc_rich_attention")])
+def test_the_kernel_is_one_node_for_torch_compile_and_torch_export(relative, op):
+  attn, terms, x, mask, geom = _etc_case(relative, 1, False)
   layer = _Layer(attn, terms).eval()
   with torch.no_grad():
     want = layer(x, mask, geom["centers"])
@@ -232,7 +240,7 @@ def test_the_kernel_is_one_node_for_torch_compile_and_torch_export():
     got = compiled(x, mask, geom["centers"])
     np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-5, rtol=0)
     exported = torch.export.export(layer, (x, mask, geom["centers"]), strict=False)
-  assert "flaxdoc.rich_window_bias" in exported.graph_module.code
+  assert op in exported.graph_module.code
   with torch.no_grad():
     got = exported.module()(x, mask, geom["centers"])
   np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-5, rtol=0)
@@ -280,7 +288,101 @@ def test_the_build_is_cached_per_source_flags_and_cpu(tmp_path):
   first = _fresh_process(code, {"FLAXDOC_CACHE_DIR": str(tmp_path)})
   assert first.startswith("True ")
   path = first.split(" ", 1)[1]
-  assert path.startswith(str(tmp_path)) and "rich_window_bias-" in path
+  assert path.startswith(str(tmp_path)) and "etc_rich-" in path
   mtime = (tmp_path / path.rsplit("/", 1)[1]).stat().st_mtime_ns
   assert _fresh_process(code, {"FLAXDOC_CACHE_DIR": str(tmp_path)}) == first
   assert (tmp_path / path.rsplit("/", 1)[1]).stat().st_mtime_ns == mtime  # not rebuilt
+
+
+def _attention_numpy(term, q, k, v, coords, valid, kg, vg, g_valid, radius, scale):
+  """The long queries' outputs `[B, N, H, D]` by the definition, in float64: softmax over
+  the valid keys with |key - query| <= radius (logits `scale q.k` + Rich) and the valid
+  globals (`scale q.k`), for a valid query; 0 for a query that sees no key."""
+  bias = _numpy_reference(term, q, k, coords, valid, 1, radius)[:, :, :, 0]  # [B, N, H, 1+2r]
+  q, k, v = q.double().numpy(), k.double().numpy(), v.double().numpy()
+  kg, vg, g_valid = kg.double().numpy(), vg.double().numpy(), g_valid.numpy()
+  batch, n_tokens, heads, d = q.shape
+  out = np.zeros((batch, n_tokens, heads, d))
+  for b in range(batch):
+    for i in range(n_tokens):
+      if not valid[b, i]:
+        continue
+      for h in range(heads):
+        logits, values = [], []
+        for t in range(2 * radius + 1):
+          j = i + t - radius
+          if bias[b, i, h, t] != BIG_NEG:
+            logits.append(scale * q[b, i, h] @ k[b, j, h] + bias[b, i, h, t])
+            values.append(v[b, j, h])
+        for g in range(kg.shape[1]):
+          if g_valid[b, g]:
+            logits.append(scale * q[b, i, h] @ kg[b, g, h])
+            values.append(vg[b, g, h])
+        if logits:
+          w = np.exp(np.asarray(logits) - max(logits))
+          out[b, i, h] = (w / w.sum()) @ np.asarray(values)
+  return out
+
+
+@needs_kernel
+@pytest.mark.parametrize("tokens,block,radius,d,globals_,scale", [
+    (13, 4, 3, 8, 1, 0.3),    # the factored Rich rows (|oq| + |ok| well under 40)
+    (17, 5, 2, 16, 2, 0.3),   # a block that is not a multiple of the 4-row tiles; D = 16
+    (9, 3, 4, 8, 0, 0.3),     # no globals; blocks smaller than a tile
+    (12, 6, 3, 8, 2, 6.0),    # order logits past the factoring bound: the exact rows
+])
+def test_attention_kernel_equals_a_numpy_reference(tokens, block, radius, d, globals_, scale):
+  g = torch.Generator().manual_seed(tokens * 7 + d)
+  heads = 2
+  term = _rich(heads, d, ("x", "y"), scale, seed=tokens)
+  q, k, v = (torch.randn(2, tokens, heads, d, generator=g) for _ in range(3))
+  kg, vg = (torch.randn(2, globals_, heads, d, generator=g) for _ in range(2))
+  g_valid = torch.ones(2, globals_, dtype=torch.bool)
+  if globals_ > 1:
+    g_valid[1, 1] = False
+  coords = torch.round(40 * torch.rand(2, 2, tokens, generator=g))
+  valid = torch.ones(2, tokens, dtype=torch.bool)
+  valid[1, tokens - 4:] = False
+  valid[0, 3:6] = False
+  args = _kernel_inputs(term, q, k, coords, valid, block, radius)
+  nb = args[9]
+  oq, ok = args[0], args[1]
+  bound = oq.abs().amax(dim=(1, 2, 3)) + ok.abs().amax(dim=(1, 2, 3))
+  assert bool((bound > 40).any()) == (scale > 1)  # which of the kernel's two forms runs
+  pad = A._pad_for_windows
+  with torch.no_grad():
+    got = native.etc_rich_attention(
+        *args[:9], A._pad_long(q, nb * block), pad(k, block, radius, nb),
+        pad(v, block, radius, nb), kg, vg, g_valid, nb, block, radius, 1 / math.sqrt(d),
+        BIG_NEG)[:, :tokens]
+  want = _attention_numpy(term, q, k, v, coords, valid, kg, vg, g_valid, radius,
+                          1 / math.sqrt(d))
+  np.testing.assert_allclose(got.numpy(), want, atol=2e-5, rtol=1e-4)
+  assert np.abs(want[valid.numpy()]).min() < np.abs(want).max()  # not all equal / zero
+  np.testing.assert_array_equal(got[~valid].numpy(), 0.0)  # padding queries: 0
+
+
+@needs_kernel
+def test_attention_kernel_is_the_same_on_one_or_two_threads():
+  attn, terms, x, mask, geom = _etc_case(False, 2, False)
+  threads = torch.get_num_threads()
+  try:
+    with torch.no_grad():
+      torch.set_num_threads(1)
+      one = attn(x, mask, terms, geom)
+      torch.set_num_threads(2)
+      two = attn(x, mask, terms, geom)
+  finally:
+    torch.set_num_threads(threads)
+  np.testing.assert_array_equal(one.numpy(), two.numpy())  # each block on one thread
+
+
+@needs_kernel
+def test_attention_kernel_rejects_mismatched_shapes():
+  term = _rich(2, 8, ("x", "y"), 0.1, seed=0)
+  q = torch.randn(1, 8, 2, 8)
+  args = _kernel_inputs(term, q, q, torch.rand(2, 1, 8), torch.ones(1, 8, dtype=bool), 4, 2)
+  kv = A._pad_for_windows(q, 4, 2, 2)
+  with pytest.raises(ValueError, match="do not fit"):
+    native.etc_rich_attention(*args[:9], q, kv[:, :-1], kv, q[:, :1], q[:, :1],
+                              torch.ones(1, 1, dtype=bool), 2, 4, 2, 0.3, BIG_NEG)

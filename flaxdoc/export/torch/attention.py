@@ -289,6 +289,14 @@ class EtcAttention(nn.Module):
       return _windows(_pad_for_windows(a, c, r, nb), c, r)
 
     q_pad, k_pad = _pad_long(q_long, padded), _pad_for_windows(k_long, c, r, nb)
+    rich = self._native_rich_term(terms, q, k, v)
+    if rich is not None and len(terms) == 1 and not self.relative and d % 8 == 0:
+      # FormNet's case: the long queries' whole attention in one native kernel.
+      out = native.etc_rich_attention(
+          *self._native_rich_args(rich, q_pad, k_pad, geom, mask, nb, c), q_pad, k_pad,
+          _pad_for_windows(v_long, c, r, nb), k[:, :g], v[:, :g], mask[:, :g], nb, c, r, scale,
+          BIG_NEG)
+      return out[:, :length]
     ql, kw, vw = _split_blocks(q_pad, c), _windows(k_pad, c, r), win(v_long)  # [B, nb, c|kk, H, D]
     valid_q = blk(mask[:, g:])  # [B, nb, c]
     offsets = _window_offsets(c, r)
@@ -305,7 +313,6 @@ class EtcAttention(nn.Module):
       ids = torch.tensor(np.clip(offsets, -md, md) + md, dtype=torch.int64, device=q.device)
       local = torch.gather(qr, -1, ids.expand(qr.shape[:-1] + (kk,)))
       l2g = qr[..., 2 * md + 1:2 * md + 2]  # every long token is a member of every global
-    rich = self._native_rich_term(terms, q, k, v)
     if rich is not None:  # Rich's logits and the mask from one fused kernel
       bias = self._native_rich(rich, q_pad, k_pad, geom, mask, nb, c)  # [B, nb, H, c, kk]
       others = [t for t in terms if t is not rich]
@@ -372,6 +379,13 @@ class EtcAttention(nn.Module):
   def _native_rich(self, term, q_pad, k_pad, geom, mask, nb: int, c: int) -> torch.Tensor:
     """Rich Attention over the windows plus the window/validity mask: `[B, nb, H, c, kk]`
     logits, `BIG_NEG` where a key is not visible (the tensor form's bias + mask)."""
+    return native.rich_window_bias(*self._native_rich_args(term, q_pad, k_pad, geom, mask, nb,
+                                                           c), nb, c, self.radius, BIG_NEG)
+
+  def _native_rich_args(self, term, q_pad, k_pad, geom, mask, nb: int, c: int) -> tuple:
+    """The native kernels' Rich Attention arguments: per-token projections (each token
+    projected once), `|theta| / sqrt 2`, coordinates and validity, padded as the blocks
+    (queries) and windows (keys) need them."""
     g, r, a = self.g, self.radius, len(term.axes)
     th = term.theta.abs() * math.sqrt(0.5)  # [H, A]
     per_head = th.T[:, None, :, None]  # [A, 1, H, 1]
@@ -382,10 +396,9 @@ class EtcAttention(nn.Module):
     dk = pk[a:] * per_head
     coords = torch.stack([term._coordinate(geom, ax)[:, g:] for ax in term.axes])  # [A, B, N]
     valid = mask[:, g:]
-    return native.rich_window_bias(
-        oq, pk[:a], dq, dk, th, _pad_for_windows(coords, c, 0, nb, dim=-1),
-        _pad_for_windows(coords, c, r, nb, dim=-1), _pad_for_windows(valid, c, 0, nb, dim=-1),
-        _pad_for_windows(valid, c, r, nb, dim=-1), nb, c, r, BIG_NEG)
+    return (oq, pk[:a], dq, dk, th, _pad_for_windows(coords, c, 0, nb, dim=-1),
+            _pad_for_windows(coords, c, r, nb, dim=-1), _pad_for_windows(valid, c, 0, nb, dim=-1),
+            _pad_for_windows(valid, c, r, nb, dim=-1))
 
   def _window_terms(self, terms, q_pad, k_pad, ql, kw, geom, blk, win) -> torch.Tensor:
     """The layout terms on the query blocks and their key windows: `[B, nb, H | 1, c, kk]`.

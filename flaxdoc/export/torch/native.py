@@ -1,12 +1,13 @@
 """Native CPU kernels of the PyTorch export, built with the system's C compiler at first use.
 
     from flaxdoc.export.torch import native
-    native.available()            # True once `rich_window_bias.c` is compiled and loaded
+    native.available()            # True once `etc_rich.c` is compiled and loaded
     native.unavailable_reason()   # why not (no compiler, FLAXDOC_NATIVE=0, not Linux/macOS...)
 
-One kernel for now: Rich Attention's logits over ETC's sliding key windows
-(`rich_window_bias.c`), which in tensor form took more time per layer than the attention
-itself (see that file). It is plain C (no PyTorch headers, so it builds in about a
+Two kernels (`etc_rich.c`): Rich Attention's logits over ETC's sliding key windows
+(`rich_window_bias`), which in tensor form took more time per layer than the attention
+itself, and the long queries' whole attention with Rich inside it (`etc_rich_attention`:
+scores, Rich, mask, softmax over window and globals, values, in one pass per block). It is plain C (no PyTorch headers, so it builds in about a
 second), compiled with `-O3 -march=native` into the user cache
 (`$FLAXDOC_CACHE_DIR`, else `$XDG_CACHE_HOME/flaxdoc`, else `~/.cache/flaxdoc`) under a
 name that hashes the source, the flags, the compiler and this CPU's feature flags, and
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-SOURCE = Path(__file__).with_name("rich_window_bias.c")
+SOURCE = Path(__file__).with_name("etc_rich.c")
 # -fno-math-errno / -fno-trapping-math let the compiler vectorise the kernel's loops
 # (branch-free selects, no errno); neither changes a result. No -ffast-math: it would
 # let the compiler assume there are no infinities.
@@ -88,7 +89,7 @@ def library_path() -> Path:
     raise RuntimeError(f"no C compiler ({cc}): {e}") from e
   key = hashlib.sha256("\0".join([SOURCE.read_text(encoding="utf-8"), " ".join(FLAGS), cc,
                                   version, _cpu_fingerprint()]).encode()).hexdigest()[:16]
-  return cache_dir() / f"rich_window_bias-{key}.so"
+  return cache_dir() / f"etc_rich-{key}.so"
 
 
 def _load():
@@ -109,6 +110,10 @@ def _load():
       fn.restype = ctypes.c_int
       fn.argtypes = [ctypes.c_void_p] * 10 + [ctypes.c_int64] * 6 + [ctypes.c_float,
                                                                        ctypes.c_int64]
+      fn = lib.etc_rich_attention
+      fn.restype = ctypes.c_int
+      fn.argtypes = ([ctypes.c_void_p] * 16 + [ctypes.c_int64] * 8
+                     + [ctypes.c_float, ctypes.c_float, ctypes.c_int64])
     except (OSError, RuntimeError, subprocess.SubprocessError) as e:
       lib, reason = None, str(e)
   if lib is None:
@@ -173,3 +178,57 @@ def rich_window_bias(oq: torch.Tensor, ok: torch.Tensor, dq: torch.Tensor, dk: t
 def _(oq, ok, dq, dk, th, cq, ck, vq, vk, blocks, block, radius, big_neg):
   axes, batch, heads, _ = oq.shape
   return oq.new_empty((batch, blocks, heads, block, block + 2 * radius))
+
+
+def _call(name: str, *args) -> None:
+  lib = _load()
+  if lib is None:
+    raise RuntimeError(f"flaxdoc::{name}: the native kernel is not available ({_state['reason']})")
+  rc = getattr(lib, name)(*args)
+  if rc != 0:
+    raise RuntimeError(f"flaxdoc::{name} failed ({rc})")
+
+
+def _f32(t: torch.Tensor) -> torch.Tensor:
+  return t.detach().to(torch.float32).contiguous()
+
+
+@torch.library.custom_op("flaxdoc::etc_rich_attention", mutates_args=())
+def etc_rich_attention(oq: torch.Tensor, ok: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor,
+                       th: torch.Tensor, cq: torch.Tensor, ck: torch.Tensor, vq: torch.Tensor,
+                       vk: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       kg: torch.Tensor, vg: torch.Tensor, vg_valid: torch.Tensor, blocks: int,
+                       block: int, radius: int, scale: float, big_neg: float) -> torch.Tensor:
+  """ETC's long queries with Rich Attention, fused: `[B, nq, H, D]`.
+
+  The Rich arguments as `rich_window_bias`; `q [B, nq, H, D]` the queries padded to
+  `nq = blocks * block`, `k`, `v [B, nk, H, D]` the keys and values padded for the
+  windows (`nk = nq + 2 radius`), `kg`, `vg [B, G, H, D]` the global keys and values and
+  `vg_valid [B, G]` which globals are valid. Query `i` attends to the window keys with
+  `|key - query| <= radius` and all globals, valid ones only, with logits `scale q.k` plus
+  Rich Attention on the window keys; a query that sees no key (or is not valid) gets 0.
+  """
+  axes, batch, heads, nq = oq.shape
+  d = q.shape[-1]
+  nk = nq + 2 * radius
+  if (nq != blocks * block or tuple(q.shape) != (batch, nq, heads, d)
+      or tuple(k.shape) != (batch, nk, heads, d) or tuple(v.shape) != tuple(k.shape)
+      or d % 8 != 0):
+    raise ValueError(f"etc_rich_attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v "
+                     f"{tuple(v.shape)} do not fit {blocks} blocks of {block} with radius "
+                     f"{radius} and a head size that is a multiple of 8")
+  rich = [_f32(t) for t in (oq, ok, dq, dk, th, cq, ck)]
+  rich += [t.detach().to(torch.uint8).contiguous() for t in (vq, vk)]
+  rest = [_f32(q), _f32(k), _f32(v), _f32(kg), _f32(vg),
+          vg_valid.detach().to(torch.uint8).contiguous()]
+  out = torch.empty((batch, nq, heads, d), dtype=torch.float32)
+  _call("etc_rich_attention", *[t.data_ptr() for t in rich + rest], out.data_ptr(), axes,
+        batch, heads, blocks, block, radius, d, kg.shape[1], float(scale), float(big_neg),
+        torch.get_num_threads())
+  return out
+
+
+@etc_rich_attention.register_fake
+def _(oq, ok, dq, dk, th, cq, ck, vq, vk, q, k, v, kg, vg, vg_valid, blocks, block, radius,
+      scale, big_neg):
+  return q.new_empty(q.shape)
