@@ -59,7 +59,11 @@ from flaxdoc.bench import common
 from flaxdoc.bench.accelerator import Sizes as Size, gcn_gflop
 
 ROWS = ("formnet_jax", "formnet_torch", "formnet_torch_compiled", "etc_rich_jax",
-        "etc_rich_torch", "etc_rich_torch_compiled", "layoutlm_torch", "layoutlm_torch_compiled")
+        "etc_rich_torch", "etc_rich_torch_compiled", "layoutlm_torch", "layoutlm_torch_compiled",
+        "etc_rich_torch_tensor")
+# `*_tensor`: the export with its native kernels off (`EtcAttention.native = False`), the
+# tensor form a machine without a C compiler runs; the default rows leave it out.
+DEFAULT_ROWS = tuple(r for r in ROWS if not r.endswith("_tensor"))
 TOKENS_PER_PAGE = 500
 LAYOUTLM_WINDOW, LAYOUTLM_STRIDE = 512, 128
 COLUMNS = ("row", "pages", "b", "tokens", "windows", "featurise_s", "graph_s", "model_s",
@@ -147,6 +151,11 @@ class Runner:
     export_config = {"model": dataclasses.asdict(model.spec), "vocab_size": vocab,
                      "num_tags": num_tags, "max_len": max_len}
     tmodel = build_torch_model(export_config, weights_lib.export_tensors(params)).eval()
+    if row.endswith("_tensor"):
+      for module in tmodel.modules():
+        if hasattr(module, "native"):
+          module.native = False
+    self.torch_model = tmodel
     if row.endswith("_compiled"):
       tmodel = compiled.compile_layers(tmodel)
 
@@ -363,7 +372,7 @@ def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--sizes", type=int, nargs="*", default=[1, 4, 16],
                  help="pages per document (none: only the batched row)")
-  p.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS)
+  p.add_argument("--rows", nargs="+", default=list(DEFAULT_ROWS), choices=ROWS)
   p.add_argument("--batch", type=int, default=4, help="documents in the batched row (0: none)")
   p.add_argument("--batch_pages", type=int, default=1, help="pages of the batched row's documents")
   p.add_argument("--repeats", type=int, default=2)

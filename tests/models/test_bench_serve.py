@@ -1,5 +1,6 @@
 """`flaxdoc.bench.serve` and `flaxdoc.bench.gemm` at tiny sizes: stages add up, FLOPs, targets."""
 
+import numpy as np
 import pytest
 
 from flaxdoc.bench import attention as ab
@@ -111,3 +112,20 @@ def test_pad_multiple_sets_the_one_window_length():
   r = serve.measure("etc_rich_torch", 1, 1, serve.QUICK, True, 1, pad_multiple=64)
   assert r["length"] == serve.window_length(r["tokens"], 64)
   assert r["length"] % 64 == 0 and r["length"] - 64 < r["tokens"] + 2 <= r["length"]
+
+
+def test_tensor_row_is_the_export_without_its_native_kernels():
+  # `etc_rich_torch_tensor` measures what the native kernels bring: the same weights and
+  # logits as `etc_rich_torch`, with every ETC layer on its tensor form.
+  from flaxdoc.data import features, tokenizers
+  tokenizer = tokenizers.load_tokenizer("default")
+  docs = serve.make_documents(1, 1, True, tokenizer)
+  out = {}
+  for row in ("etc_rich_torch", "etc_rich_torch_tensor"):
+    runner, fc, _, _, _ = serve.set_up_row(row, docs, tokenizer, serve.QUICK, True)
+    flags = [m.native for m in runner.torch_model.modules() if hasattr(m, "native")]
+    assert flags and all(f == (row == "etc_rich_torch") for f in flags)
+    batch = features.batch_features(features.featurize(docs[0], tokenizer, fc))
+    out[row] = runner({k: v for k, v in batch.items() if k in serve.MODEL_KEYS})
+  np.testing.assert_allclose(out["etc_rich_torch"], out["etc_rich_torch_tensor"], atol=1e-4)
+  assert "etc_rich_torch_tensor" not in serve.DEFAULT_ROWS
