@@ -349,12 +349,12 @@ def test_attention_kernel_equals_a_numpy_reference(tokens, block, radius, d, glo
   oq, ok = args[0], args[1]
   bound = oq.abs().amax(dim=(1, 2, 3)) + ok.abs().amax(dim=(1, 2, 3))
   assert bool((bound > 40).any()) == (scale > 1)  # which of the kernel's two forms runs
-  pad = A._pad_for_windows
+  qg = torch.randn(2, globals_, heads, d, generator=g)  # the globals' queries: not used here
   with torch.no_grad():
     got = native.etc_rich_attention(
-        *args[:9], A._pad_long(q, nb * block), pad(k, block, radius, nb),
-        pad(v, block, radius, nb), kg, vg, g_valid, nb, block, radius, 1 / math.sqrt(d),
-        BIG_NEG)[:, :tokens]
+        *args[:9], torch.cat([qg, q], 1), torch.cat([kg, k], 1), torch.cat([vg, v], 1),
+        g_valid, nb, block, radius, 1 / math.sqrt(d), BIG_NEG)
+  assert got.shape == (2, tokens, heads, d)
   want = _attention_numpy(term, q, k, v, coords, valid, kg, vg, g_valid, radius,
                           1 / math.sqrt(d))
   np.testing.assert_allclose(got.numpy(), want, atol=2e-5, rtol=1e-4)
@@ -382,7 +382,10 @@ def test_attention_kernel_rejects_mismatched_shapes():
   term = _rich(2, 8, ("x", "y"), 0.1, seed=0)
   q = torch.randn(1, 8, 2, 8)
   args = _kernel_inputs(term, q, q, torch.rand(2, 1, 8), torch.ones(1, 8, dtype=bool), 4, 2)
-  kv = A._pad_for_windows(q, 4, 2, 2)
-  with pytest.raises(ValueError, match="do not fit"):
-    native.etc_rich_attention(*args[:9], q, kv[:, :-1], kv, q[:, :1], q[:, :1],
-                              torch.ones(1, 1, dtype=bool), 2, 4, 2, 0.3, BIG_NEG)
+  with pytest.raises(ValueError, match="do not fit"):  # keys one token short
+    native.etc_rich_attention(*args[:9], q, q[:, :-1], q, torch.ones(1, 1, dtype=bool), 2, 4,
+                              2, 0.3, BIG_NEG)
+  with pytest.raises(ValueError, match="do not fit"):  # more tokens than the blocks hold
+    native.etc_rich_attention(*args[:9], torch.cat([q, q], 1), torch.cat([q, q], 1),
+                              torch.cat([q, q], 1), torch.ones(1, 1, dtype=bool), 2, 4, 2, 0.3,
+                              BIG_NEG)

@@ -288,15 +288,14 @@ class EtcAttention(nn.Module):
     def win(a):  # [B, N, ...] -> [B, nb, kk, ...] (a view of one padded copy)
       return _windows(_pad_for_windows(a, c, r, nb), c, r)
 
-    q_pad, k_pad = _pad_long(q_long, padded), _pad_for_windows(k_long, c, r, nb)
     rich = self._native_rich_term(terms, q, k, v)
     if rich is not None and len(terms) == 1 and not self.relative and d % 8 == 0:
-      # FormNet's case: the long queries' whole attention in one native kernel.
-      out = native.etc_rich_attention(
-          *self._native_rich_args(rich, q_pad, k_pad, geom, mask, nb, c), q_pad, k_pad,
-          _pad_for_windows(v_long, c, r, nb), k[:, :g], v[:, :g], mask[:, :g], nb, c, r, scale,
-          BIG_NEG)
-      return out[:, :length]
+      # FormNet's case: the long queries' whole attention in one native kernel, which
+      # reads q, k, v as they are (no padded copies).
+      return native.etc_rich_attention(
+          *self._native_rich_args(rich, q_long, k_long, geom, mask, nb, c), q, k, v,
+          mask[:, :g], nb, c, r, scale, BIG_NEG)
+    q_pad, k_pad = _pad_long(q_long, padded), _pad_for_windows(k_long, c, r, nb)
     ql, kw, vw = _split_blocks(q_pad, c), _windows(k_pad, c, r), win(v_long)  # [B, nb, c|kk, H, D]
     valid_q = blk(mask[:, g:])  # [B, nb, c]
     offsets = _window_offsets(c, r)
@@ -314,7 +313,7 @@ class EtcAttention(nn.Module):
       local = torch.gather(qr, -1, ids.expand(qr.shape[:-1] + (kk,)))
       l2g = qr[..., 2 * md + 1:2 * md + 2]  # every long token is a member of every global
     if rich is not None:  # Rich's logits and the mask from one fused kernel
-      bias = self._native_rich(rich, q_pad, k_pad, geom, mask, nb, c)  # [B, nb, H, c, kk]
+      bias = self._native_rich(rich, q_long, k_long, geom, mask, nb, c)  # [B, nb, H, c, kk]
       others = [t for t in terms if t is not rich]
       if others:
         bias.add_(self._window_terms(others, q_pad, k_pad, ql, kw, geom, blk, win))
@@ -376,21 +375,22 @@ class EtcAttention(nn.Module):
     ready = native.loaded() if torch.compiler.is_compiling() else native.available()
     return rich if ready else None
 
-  def _native_rich(self, term, q_pad, k_pad, geom, mask, nb: int, c: int) -> torch.Tensor:
+  def _native_rich(self, term, q_long, k_long, geom, mask, nb: int, c: int) -> torch.Tensor:
     """Rich Attention over the windows plus the window/validity mask: `[B, nb, H, c, kk]`
     logits, `BIG_NEG` where a key is not visible (the tensor form's bias + mask)."""
-    return native.rich_window_bias(*self._native_rich_args(term, q_pad, k_pad, geom, mask, nb,
-                                                           c), nb, c, self.radius, BIG_NEG)
+    return native.rich_window_bias(
+        *self._native_rich_args(term, q_long, k_long, geom, mask, nb, c), nb, c, self.radius,
+        BIG_NEG)
 
-  def _native_rich_args(self, term, q_pad, k_pad, geom, mask, nb: int, c: int) -> tuple:
-    """The native kernels' Rich Attention arguments: per-token projections (each token
-    projected once), `|theta| / sqrt 2`, coordinates and validity, padded as the blocks
-    (queries) and windows (keys) need them."""
+  def _native_rich_args(self, term, q_long, k_long, geom, mask, nb: int, c: int) -> tuple:
+    """The native kernels' Rich Attention arguments from the long tokens' queries and keys
+    `[B, N, H, D]`: per-token projections (each token projected once, then padded as the
+    blocks and windows need them), `|theta| / sqrt 2`, coordinates and validity."""
     g, r, a = self.g, self.radius, len(term.axes)
     th = term.theta.abs() * math.sqrt(0.5)  # [H, A]
     per_head = th.T[:, None, :, None]  # [A, 1, H, 1]
-    pq = term.token_projections(q_pad, "q")  # [2A, B, H, nq]
-    pk = term.token_projections(k_pad, "k")  # [2A, B, H, nk]
+    pq = _pad_for_windows(term.token_projections(q_long, "q"), c, 0, nb, dim=-1)  # [2A, B, H, nq]
+    pk = _pad_for_windows(term.token_projections(k_long, "k"), c, r, nb, dim=-1)  # [.., nk]
     oq = pq[:a] + term.b.T[:, None, :, None]
     dq = (pq[a:] + term.c.T[:, None, :, None]) * per_head
     dk = pk[a:] * per_head

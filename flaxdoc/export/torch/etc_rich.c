@@ -159,12 +159,12 @@ typedef struct {
   /* the bias kernel's output */
   float *bias;
   /* the attention kernel: queries, keys transposed, values, globals, output */
-  const float *q, *k, *v, *kg, *vg;
+  const float *q, *k, *v; /* [B, G + tokens, H, D]: the G globals, then the long tokens */
   const uint8_t *vg_valid;
   float *out;
-  int64_t dim, globals;
+  int64_t dim, globals, tokens;
   float scale;
-  /* its packed copies (pack_head) */
+  /* its packed copies (pack_tokens) */
   float *qp, *kp, *vp;
   int64_t packed_panels;
   /* exp(o) and exp(-o) of the order projections (queries [A, B, H, nq], keys [.., nk]),
@@ -286,16 +286,16 @@ static inline __attribute__((always_inline)) void qk_tile(const float *q, const 
     for (int j = 0; j < nv; j++) store8(s + r * s_stride + 8 * j, acc[r][j]);
 }
 
-/* o[ROWS, 8 nv] = p[ROWS, 0:len] . v[0:len, 8 nv] (v rows `v_stride` apart). */
+/* o[ROWS, 8 nv] = p[ROWS, 0:len] . v[0:len, 8 nv] (v rows `v_stride` apart); nv <= 3. */
 static inline __attribute__((always_inline)) void pv_tile(const float *p, int64_t p_stride,
                                                           const float *v, int64_t v_stride,
                                                           int64_t len, float *o,
                                                           int64_t o_stride, int nv) {
-  v8 acc[ROWS][2];
+  v8 acc[ROWS][3];
   for (int r = 0; r < ROWS; r++)
     for (int j = 0; j < nv; j++) acc[r][j] = (v8){0};
   for (int64_t t = 0; t < len; t++) {
-    v8 vv[2];
+    v8 vv[3];
     for (int j = 0; j < nv; j++) vv[j] = load8(v + t * v_stride + 8 * j);
     for (int r = 0; r < ROWS; r++) {
       const float pr = p[r * p_stride + t];
@@ -306,17 +306,21 @@ static inline __attribute__((always_inline)) void pv_tile(const float *p, int64_
     for (int j = 0; j < nv; j++) store8(o + r * o_stride + 8 * j, acc[r][j]);
 }
 
-/* max(init, x[0:n]) and, below, x <- exp(x - top) returning the sum: eight explicit lanes,
-   so the compiler vectorises them without reassociating (no -ffast-math). */
+/* max(init, x[0:n]) and, below, x <- exp(x - top) returning the sum: in vectors of 8
+   lanes, so neither needs the compiler to reassociate (no -ffast-math). */
+typedef int32_t i8v __attribute__((vector_size(32)));
+
 static float row_max(const float *x, int64_t n, float init) {
-  float m[8];
-  for (int l = 0; l < 8; l++) m[l] = init;
+  v8 m = {init, init, init, init, init, init, init, init};
   int64_t t = 0;
-  for (; t + 8 <= n; t += 8)
-    for (int l = 0; l < 8; l++) m[l] = x[t + l] > m[l] ? x[t + l] : m[l];
-  for (; t < n; t++) m[0] = x[t] > m[0] ? x[t] : m[0];
+  for (; t + 8 <= n; t += 8) {
+    const v8 v = load8(x + t);
+    const i8v gt = v > m;
+    m = (v8)((gt & (i8v)v) | (~gt & (i8v)m));
+  }
   float top = m[0];
   for (int l = 1; l < 8; l++) top = m[l] > top ? m[l] : top;
+  for (; t < n; t++) top = x[t] > top ? x[t] : top;
   return top;
 }
 
@@ -337,28 +341,46 @@ static float exp_and_sum(float *x, int64_t n, float top) {
   return sum;
 }
 
-/* The packed copies of one (batch, head): queries [nq + ROWS, D], keys in panels
-   [nkv, D, 8], values [nk + 8, D], zeros in the slack. Packing once per head (instead of
-   reading [token, head, D] rows 3 KB apart in the tiles) keeps every tile's loads
-   contiguous. */
-static int pack_head(const Args *a, int64_t item, float *scratch) {
+/* The packed copies, per (batch, head): queries [nq + ROWS, D], keys in panels
+   [nkv, D, 8], values [nk + 8, D]. Packing once (instead of reading [token, head, D] rows
+   3 KB apart in the tiles) keeps every tile's loads contiguous. One item is PACK_TOKENS
+   tokens of one batch row, every head: each token's [H, D] row is read once, in order. */
+#define PACK_TOKENS 64
+
+static int pack_tokens(const Args *a, int64_t item, float *scratch) {
   (void)scratch;
-  const int64_t H = a->heads, D = a->dim, b = item / H, h = item % H;
-  const int64_t nq = a->blocks * a->block, nk = nq + 2 * a->radius, nkv = a->packed_panels;
-  float *qp = a->qp + item * (nq + ROWS) * D;
-  float *kp = a->kp + item * nkv * D * 8;
-  float *vp = a->vp + item * (nk + 8) * D;
-  for (int64_t i = 0; i < nq; i++) memcpy(qp + i * D, a->q + ((b * nq + i) * H + h) * D, D * 4);
-  memset(qp + nq * D, 0, ROWS * D * 4);
-  memset(kp, 0, nkv * D * 8 * 4);
-  for (int64_t j = 0; j < nk; j++) {
-    const float *src = a->k + ((b * nk + j) * H + h) * D;
-    float *dst = kp + (j / 8) * D * 8 + j % 8;
-    for (int64_t d = 0; d < D; d++) dst[d * 8] = src[d];
-    memcpy(vp + j * D, a->v + ((b * nk + j) * H + h) * D, D * 4);
+  const int64_t H = a->heads, D = a->dim, r = a->radius, n = a->tokens;
+  const int64_t chunks = (n + PACK_TOKENS - 1) / PACK_TOKENS;
+  const int64_t b = item / chunks, i0 = item % chunks * PACK_TOKENS;
+  const int64_t i1 = i0 + PACK_TOKENS < n ? i0 + PACK_TOKENS : n;
+  const int64_t nq = a->blocks * a->block, nk = nq + 2 * r, nkv = a->packed_panels;
+  const int64_t G = a->globals, T = G + n; /* q, k, v: [B, T, H, D], globals first */
+  for (int64_t i = i0; i < i1; i++) {
+    const int64_t j = i + r; /* the window position of key token i */
+    for (int64_t h = 0; h < H; h++) {
+      const int64_t src = ((b * T + G + i) * H + h) * D, bh = b * H + h;
+      memcpy(a->qp + (bh * (nq + ROWS) + i) * D, a->q + src, D * 4);
+      float *dst = a->kp + (bh * nkv + j / 8) * D * 8 + j % 8;
+      for (int64_t d = 0; d < D; d++) dst[d * 8] = a->k[src + d];
+      memcpy(a->vp + (bh * (nk + 8) + j) * D, a->v + src, D * 4);
+    }
   }
-  memset(vp + nk * D, 0, 8 * D * 4);
   return 0;
+}
+
+/* Zeros where no token lands (the padding of the blocks and windows), before packing. */
+static void zero_padding(const Args *a) {
+  const int64_t D = a->dim, r = a->radius, n = a->tokens;
+  const int64_t nq = a->blocks * a->block, nk = nq + 2 * r, nkv = a->packed_panels;
+  const int64_t lead = (r + 7) / 8, tail = (r + n) / 8; /* panels holding padding keys */
+  for (int64_t bh = 0; bh < a->batch * a->heads; bh++) {
+    memset(a->qp + (bh * (nq + ROWS) + n) * D, 0, (nq + ROWS - n) * D * 4);
+    float *kp = a->kp + bh * nkv * D * 8, *vp = a->vp + bh * (nk + 8) * D;
+    memset(kp, 0, lead * D * 8 * 4);
+    memset(kp + tail * D * 8, 0, (nkv - tail) * D * 8 * 4);
+    memset(vp, 0, r * D * 4);
+    memset(vp + (r + n) * D, 0, (nk + 8 - r - n) * D * 4);
+  }
 }
 
 /* Attention for every head of query block n: the window scores through register tiles,
@@ -380,7 +402,6 @@ static int attention_block(const Args *a, int64_t item, float *scratch) {
   for (int64_t i = 0; i < c; i++)
     qvalid[i] = pair_terms(a, b, n, i, dist + i * MAX_AXES * kk, sgn + i * MAX_AXES * kk,
                            keep + i * kk);
-  const int nv_o = D % 16 == 0 ? 2 : 1;
   const int64_t first = n * c; /* the window's first key, in padded key positions */
   for (int64_t h = 0; h < H; h++) {
     const float *qh = a->qp + (b * H + h) * (nq + ROWS) * D + first * D;
@@ -404,7 +425,7 @@ static int attention_block(const Args *a, int64_t item, float *scratch) {
       float *grow = gs + i * G;
       const float *qi = qh + i * D;
       for (int64_t g = 0; g < G; g++) {
-        const float *kg = a->kg + ((b * G + g) * H + h) * D;
+        const float *kg = a->k + ((b * (G + a->tokens) + g) * H + h) * D;
         float dot = 0.0f;
         for (int64_t d = 0; d < D; d++) dot += qi[d] * kg[d];
         grow[g] = qvalid[i] && a->vg_valid[b * G + g] ? a->scale * dot : a->big_neg;
@@ -437,17 +458,20 @@ static int attention_block(const Args *a, int64_t item, float *scratch) {
       const int64_t t0 = (first + i0) / 8 * 8 - first, t1 = i0 + ROWS + 2 * r;
       const int64_t len = (t1 < kk ? t1 : kk) - t0;
       const float *p = s + i0 * kkp + 8 + t0, *v = vh + (first + t0) * D;
-      for (int64_t d = 0; d < D; d += 8 * nv_o) {
-        if (nv_o == 2) pv_tile(p, kkp, v + d, D, len, o + i0 * D + d, D, 2);
+      for (int64_t d = 0; d < D;) { /* 3 vectors at a time: 12 accumulator chains */
+        const int64_t left = (D - d) / 8;
+        if (left >= 3) pv_tile(p, kkp, v + d, D, len, o + i0 * D + d, D, 3);
+        else if (left == 2) pv_tile(p, kkp, v + d, D, len, o + i0 * D + d, D, 2);
         else pv_tile(p, kkp, v + d, D, len, o + i0 * D + d, D, 1);
+        d += 8 * (left >= 3 ? 3 : left);
       }
     }
-    for (int64_t i = 0; i < c; i++) {
-      float *dst = a->out + ((b * nq + first + i) * H + h) * D;
-      for (int64_t d = 0; d < D; d++) {
-        float acc = o[i * D + d];
-        for (int64_t g = 0; g < G; g++) acc += gs[i * G + g] * a->vg[((b * G + g) * H + h) * D + d];
-        dst[d] = acc;
+    for (int64_t i = 0; i < c && first + i < a->tokens; i++) {
+      float *dst = a->out + ((b * a->tokens + first + i) * H + h) * D;
+      for (int64_t d = 0; d < D; d++) dst[d] = o[i * D + d];
+      for (int64_t g = 0; g < G; g++) {
+        const float w = gs[i * G + g], *vg = a->v + ((b * (G + a->tokens) + g) * H + h) * D;
+        for (int64_t d = 0; d < D; d++) dst[d] += w * vg[d];
       }
     }
   }
@@ -516,6 +540,16 @@ int rich_window_bias(const float *oq, const float *ok, const float *dq, const fl
                      threads);
 }
 
+/* pos = exp(x), neg = exp(-x) for |x| <= FACTOR_BOUND: one vectorised exp and a division. */
+static void exp_both(const float *restrict x, float *restrict pos, float *restrict neg,
+                     int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    const float small = exp_nonpositive(-fabsf(x[i])), large = 1.0f / small;
+    pos[i] = x[i] > 0.0f ? large : small;
+    neg[i] = x[i] > 0.0f ? small : large;
+  }
+}
+
 /* For two axes with every |oq| + |ok| <= FACTOR_BOUND (per axis; trained and random
    models alike stay far inside it): exp(+-o) per token into one allocation that the
    caller frees, pointed to from `a`; otherwise (or out of memory) NULL and the exact
@@ -545,42 +579,37 @@ static float *factor_exponentials(Args *a) {
   a->exp_qn = buf + nqs;
   a->exp_kp = buf + 2 * nqs;
   a->exp_kn = buf + 2 * nqs + nks;
-  for (int64_t i = 0; i < nqs; i++) {
-    a->exp_qp[i] = expf(a->oq[i]);
-    a->exp_qn[i] = expf(-a->oq[i]);
-  }
-  for (int64_t i = 0; i < nks; i++) {
-    a->exp_kp[i] = expf(a->ok[i]);
-    a->exp_kn[i] = expf(-a->ok[i]);
-  }
+  exp_both(a->oq, a->exp_qp, a->exp_qn, nqs);
+  exp_both(a->ok, a->exp_kp, a->exp_kn, nks);
   return buf;
 }
 
 /* The long queries' attention with Rich Attention over the windows and the globals:
    the Rich arguments as above, and
-     q [B, nq, H, D]   k, v [B, nk, H, D] (padded as ok)   kg, vg [B, G, H, D]
+     q, k, v [B, G + tokens, H, D]: the G global tokens first, then the long ones
+       (tokens <= nq; the kernel pads the blocks and windows itself)
      vg_valid uint8 [B, G]
-     out [B, nq, H, D]: softmax(scale q.k + Rich, over |key - query| <= radius and the
+     out [B, tokens, H, D]: softmax(scale q.k + Rich, over |key - query| <= radius and the
      globals, valid keys only) . v; 0 for a query that sees no key. D % 8 == 0.
    Returns 0, -1 for an argument it does not handle, -2 if a thread failed, -3 if out of
    memory. */
 int etc_rich_attention(const float *oq, const float *ok, const float *dq, const float *dk,
                        const float *th, const float *cq, const float *ck, const uint8_t *vq,
                        const uint8_t *vk, const float *q, const float *k, const float *v,
-                       const float *kg, const float *vg, const uint8_t *vg_valid, float *out,
-                       int64_t axes, int64_t batch, int64_t heads, int64_t blocks,
-                       int64_t block, int64_t radius, int64_t dim, int64_t globals,
-                       float scale, float big_neg, int64_t threads) {
+                       const uint8_t *vg_valid, float *out, int64_t axes, int64_t batch,
+                       int64_t heads, int64_t blocks, int64_t block, int64_t radius,
+                       int64_t dim, int64_t globals, int64_t tokens, float scale,
+                       float big_neg, int64_t threads) {
   const int64_t kk = block + 2 * radius, nq = blocks * block, nk = nq + 2 * radius;
   if (axes < 1 || axes > MAX_AXES || block < 1 || radius < 0 || threads < 1 || dim < 8
-      || dim % 8 != 0 || globals < 0)
+      || dim % 8 != 0 || globals < 0 || tokens < 0 || tokens > nq)
     return -1;
   const int64_t panels = (nk + 8 + 24 + 7) / 8; /* slack for the tiles' last panels */
   Args args = {.oq = oq, .ok = ok, .dq = dq, .dk = dk, .th = th, .cq = cq, .ck = ck, .vq = vq,
                .vk = vk, .axes = axes, .batch = batch, .heads = heads, .blocks = blocks,
                .block = block, .radius = radius, .big_neg = big_neg, .q = q, .k = k, .v = v,
-               .kg = kg, .vg = vg, .vg_valid = vg_valid, .out = out, .dim = dim,
-               .globals = globals, .scale = scale, .packed_panels = panels};
+               .vg_valid = vg_valid, .out = out, .dim = dim, .globals = globals,
+               .tokens = tokens, .scale = scale, .packed_panels = panels};
   const int64_t bh = batch * heads;
   args.qp = (float *)malloc(sizeof(float) * bh * (nq + ROWS) * dim);
   args.kp = (float *)malloc(sizeof(float) * bh * panels * dim * 8);
@@ -588,7 +617,9 @@ int etc_rich_attention(const float *oq, const float *ok, const float *dq, const 
   int rc = -3;
   float *exps = factor_exponentials(&args);
   if (args.qp != NULL && args.kp != NULL && args.vp != NULL) {
-    rc = run_threads(&args, pack_head, bh, 0, threads);
+    zero_padding(&args);
+    rc = run_threads(&args, pack_tokens, batch * ((tokens + PACK_TOKENS - 1) / PACK_TOKENS), 0,
+                     threads);
     if (rc == 0) {
       const int64_t c4 = (block + ROWS - 1) / ROWS * ROWS;
       const int64_t kkp = (c4 + 2 * radius + 40 + 7) / 8 * 8;
