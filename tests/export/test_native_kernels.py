@@ -16,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from flaxdoc.export.torch import attention as A  # noqa: E402
+from flaxdoc.export.torch import etc_attention as A  # noqa: E402
 from flaxdoc.export.torch import layers as L  # noqa: E402
 from flaxdoc.export.torch import native  # noqa: E402
 

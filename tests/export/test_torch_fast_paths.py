@@ -133,7 +133,7 @@ def test_etc_global_merge_equals_concatenated_keys(monkeypatch):
   # The global keys merged through the kernel's log-sum-exp == appended to every window
   # (the form used off CPU, or without the op): both against the reference, two globals,
   # one of them invalid, and a document whose long tokens are all padding.
-  from flaxdoc.export.torch import attention as attention_lib
+  from flaxdoc.export.torch import etc_attention as attention_lib
   g = torch.Generator().manual_seed(5)
   attn = L.EtcAttention(width=16, heads=2, local_radius=4, num_globals=2, relative_positions=True)
   rich = L.RichAttentionTerm(heads=2, head_dim=8, axes=("x", "y"))

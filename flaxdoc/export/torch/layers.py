@@ -40,14 +40,14 @@ from torch import nn
 from torch.nn import functional as F
 
 from flaxdoc.export.torch import geometry as geo
-# The modules live in one file per concept (basic, terms, attention, gcn); their names
+# The modules live in one file per concept (basic, terms, attention, etc_attention, gcn); their names
 # stay importable from here, where user code and the tests have always found them.
 from flaxdoc.export.torch.attention import (
-    CosformerAttention, DenseSelfAttention, EtcAttention, LinformerAttention, masked_softmax,
-    sdpa_with_bias)
+    CosformerAttention, DenseSelfAttention, LinformerAttention, masked_softmax, sdpa_with_bias)
 from flaxdoc.export.torch.basic import (
     BIG_NEG, ETC_MAX_RELATIVE_DISTANCE, Dense, Embed, HeadsProjection, LayerNorm, OutProjection,
     set_fast_paths)
+from flaxdoc.export.torch.etc_attention import EtcAttention
 from flaxdoc.export.torch.gcn import GCNLayer, SuperTokenEncoder
 from flaxdoc.export.torch.terms import (
     FixedBiasTerm, GaussianTerm, LongPairsOnly, PolarTerm, RichAttentionTerm, apply_terms)
