@@ -52,6 +52,12 @@ def _kernel_inputs(term, q, k, coords, valid, block, radius):
           A._pad_for_windows(valid, block, radius, nb, dim=-1), nb, block, radius, BIG_NEG)
 
 
+def _rich_parameters(term):
+  """The attention kernel's Rich arguments: the weights, biases and |theta| / sqrt 2."""
+  return (term.w_q, term.w_k, term.v_q, term.v_k, term.b, term.c,
+          term.theta.abs() * math.sqrt(0.5))
+
+
 def _numpy_reference(term, q, k, coords, valid, block, radius):
   """Every (batch, block, head, query, window key) by the paper's formula, in float64."""
   q, k = q.double().numpy(), k.double().numpy()
@@ -352,8 +358,8 @@ def test_attention_kernel_equals_a_numpy_reference(tokens, block, radius, d, glo
   qg = torch.randn(2, globals_, heads, d, generator=g)  # the globals' queries: not used here
   with torch.no_grad():
     got = native.etc_rich_attention(
-        *args[:9], torch.cat([qg, q], 1), torch.cat([kg, k], 1), torch.cat([vg, v], 1),
-        g_valid, nb, block, radius, 1 / math.sqrt(d), BIG_NEG)
+        *_rich_parameters(term), *args[5:9], torch.cat([qg, q], 1), torch.cat([kg, k], 1),
+        torch.cat([vg, v], 1), g_valid, nb, block, radius, 1 / math.sqrt(d), BIG_NEG)
   assert got.shape == (2, tokens, heads, d)
   want = _attention_numpy(term, q, k, v, coords, valid, kg, vg, g_valid, radius,
                           1 / math.sqrt(d))
@@ -382,10 +388,11 @@ def test_attention_kernel_rejects_mismatched_shapes():
   term = _rich(2, 8, ("x", "y"), 0.1, seed=0)
   q = torch.randn(1, 8, 2, 8)
   args = _kernel_inputs(term, q, q, torch.rand(2, 1, 8), torch.ones(1, 8, dtype=bool), 4, 2)
+  rich = (*_rich_parameters(term), *args[5:9])
   with pytest.raises(ValueError, match="do not fit"):  # keys one token short
-    native.etc_rich_attention(*args[:9], q, q[:, :-1], q, torch.ones(1, 1, dtype=bool), 2, 4,
-                              2, 0.3, BIG_NEG)
+    native.etc_rich_attention(*rich, q, q[:, :-1], q, torch.ones(1, 1, dtype=bool), 2, 4, 2,
+                              0.3, BIG_NEG)
   with pytest.raises(ValueError, match="do not fit"):  # more tokens than the blocks hold
-    native.etc_rich_attention(*args[:9], torch.cat([q, q], 1), torch.cat([q, q], 1),
+    native.etc_rich_attention(*rich, torch.cat([q, q], 1), torch.cat([q, q], 1),
                               torch.cat([q, q], 1), torch.ones(1, 1, dtype=bool), 2, 4, 2, 0.3,
                               BIG_NEG)

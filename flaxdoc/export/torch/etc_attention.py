@@ -224,9 +224,11 @@ class EtcAttention(nn.Module):
     if rich is not None and len(terms) == 1 and not self.relative and d % 8 == 0:
       # FormNet's case: the long queries' whole attention in one native kernel, which
       # reads q, k, v as they are (no padded copies).
+      coords, valid = self._native_positions(rich, geom, mask, nb, c)
       return native.etc_rich_attention(
-          *self._native_rich_args(rich, q_long, k_long, geom, mask, nb, c), q, k, v,
-          mask[:, :g], nb, c, r, scale, BIG_NEG)
+          rich.w_q, rich.w_k, rich.v_q, rich.v_k, rich.b, rich.c,
+          rich.theta.abs() * math.sqrt(0.5), *coords, *valid, q, k, v, mask[:, :g], nb, c, r,
+          scale, BIG_NEG)
     q_pad, k_pad = _pad_long(q_long, padded), _pad_for_windows(k_long, c, r, nb)
     ql, kw, vw = _split_blocks(q_pad, c), _windows(k_pad, c, r), win(v_long)  # [B, nb, c|kk, H, D]
     valid_q = blk(mask[:, g:])  # [B, nb, c]
@@ -316,10 +318,11 @@ class EtcAttention(nn.Module):
         BIG_NEG)
 
   def _native_rich_args(self, term, q_long, k_long, geom, mask, nb: int, c: int) -> tuple:
-    """The native kernels' Rich Attention arguments from the long tokens' queries and keys
+    """The bias kernel's Rich Attention arguments from the long tokens' queries and keys
     `[B, N, H, D]`: per-token projections (each token projected once, then padded as the
-    blocks and windows need them), `|theta| / sqrt 2`, coordinates and validity."""
-    g, r, a = self.g, self.radius, len(term.axes)
+    blocks and windows need them), `|theta| / sqrt 2`, coordinates and validity. (The
+    attention kernel projects the tokens itself.)"""
+    r, a = self.radius, len(term.axes)
     th = term.theta.abs() * math.sqrt(0.5)  # [H, A]
     per_head = th.T[:, None, :, None]  # [A, 1, H, 1]
     pq = _pad_for_windows(term.token_projections(q_long, "q"), c, 0, nb, dim=-1)  # [2A, B, H, nq]
@@ -327,11 +330,17 @@ class EtcAttention(nn.Module):
     oq = pq[:a] + term.b.T[:, None, :, None]
     dq = (pq[a:] + term.c.T[:, None, :, None]) * per_head
     dk = pk[a:] * per_head
+    coords, valid = self._native_positions(term, geom, mask, nb, c)
+    return (oq, pk[:a], dq, dk, th, *coords, *valid)
+
+  def _native_positions(self, term, geom, mask, nb: int, c: int) -> tuple:
+    """Rich's coordinates `[A, B, nq]`, `[A, B, nk]` and the validity `[B, nq]`, `[B, nk]`
+    of the block (queries) and window (keys) positions, padded as the kernels index them."""
+    g, r = self.g, self.radius
     coords = torch.stack([term._coordinate(geom, ax)[:, g:] for ax in term.axes])  # [A, B, N]
     valid = mask[:, g:]
-    return (oq, pk[:a], dq, dk, th, _pad_for_windows(coords, c, 0, nb, dim=-1),
-            _pad_for_windows(coords, c, r, nb, dim=-1), _pad_for_windows(valid, c, 0, nb, dim=-1),
-            _pad_for_windows(valid, c, r, nb, dim=-1))
+    return ((_pad_for_windows(coords, c, 0, nb, dim=-1), _pad_for_windows(coords, c, r, nb, dim=-1)),
+            (_pad_for_windows(valid, c, 0, nb, dim=-1), _pad_for_windows(valid, c, r, nb, dim=-1)))
 
   def _window_terms(self, terms, q_pad, k_pad, ql, kw, geom, blk, win) -> torch.Tensor:
     """The layout terms on the query blocks and their key windows: `[B, nb, H | 1, c, kk]`.

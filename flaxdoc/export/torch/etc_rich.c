@@ -167,6 +167,10 @@ typedef struct {
   /* its packed copies (pack_tokens) */
   float *qp, *kp, *vp;
   int64_t packed_panels;
+  /* the attention kernel's Rich projection weights, [H, 2A, D]: the queries' (order then
+     distance, per axis) and the keys'; b, c [H, A] (oq/ok/dq/dk above are then its own
+     buffers, filled while packing) */
+  const float *wq_t, *wk_t, *rich_b, *rich_c;
   /* exp(o) and exp(-o) of the order projections (queries [A, B, H, nq], keys [.., nk]),
      or NULL: the factored Rich rows (factor_exponentials) */
   float *exp_qp, *exp_qn, *exp_kp, *exp_kn;
@@ -347,6 +351,15 @@ static float exp_and_sum(float *x, int64_t n, float top) {
    tokens of one batch row, every head: each token's [H, D] row is read once, in order. */
 #define PACK_TOKENS 64
 
+/* x . y over n (a multiple of 8) in 8 lanes. */
+static inline float dot(const float *x, const float *y, int64_t n) {
+  v8 acc = {0};
+  for (int64_t d = 0; d < n; d += 8) acc += load8(x + d) * load8(y + d);
+  float s = 0.0f;
+  for (int l = 0; l < 8; l++) s += acc[l];
+  return s;
+}
+
 static int pack_tokens(const Args *a, int64_t item, float *scratch) {
   (void)scratch;
   const int64_t H = a->heads, D = a->dim, r = a->radius, n = a->tokens;
@@ -355,6 +368,9 @@ static int pack_tokens(const Args *a, int64_t item, float *scratch) {
   const int64_t i1 = i0 + PACK_TOKENS < n ? i0 + PACK_TOKENS : n;
   const int64_t nq = a->blocks * a->block, nk = nq + 2 * r, nkv = a->packed_panels;
   const int64_t G = a->globals, T = G + n; /* q, k, v: [B, T, H, D], globals first */
+  const int64_t A = a->axes, B = a->batch;
+  /* the projections are written through the const pointers' own buffers */
+  float *oq = (float *)a->oq, *dq = (float *)a->dq, *ok = (float *)a->ok, *dk = (float *)a->dk;
   for (int64_t i = i0; i < i1; i++) {
     const int64_t j = i + r; /* the window position of key token i */
     for (int64_t h = 0; h < H; h++) {
@@ -363,6 +379,15 @@ static int pack_tokens(const Args *a, int64_t item, float *scratch) {
       float *dst = a->kp + (bh * nkv + j / 8) * D * 8 + j % 8;
       for (int64_t d = 0; d < D; d++) dst[d * 8] = a->k[src + d];
       memcpy(a->vp + (bh * (nk + 8) + j) * D, a->v + src, D * 4);
+      for (int64_t ax = 0; ax < A; ax++) { /* Rich's per-token projections */
+        const float th = a->th[h * A + ax];
+        const float *wq = a->wq_t + (h * 2 * A + ax) * D, *wk = a->wk_t + (h * 2 * A + ax) * D;
+        oq[((ax * B + b) * H + h) * nq + i] = dot(a->q + src, wq, D) + a->rich_b[h * A + ax];
+        dq[((ax * B + b) * H + h) * nq + i] =
+            (dot(a->q + src, wq + A * D, D) + a->rich_c[h * A + ax]) * th;
+        ok[((ax * B + b) * H + h) * nk + j] = dot(a->k + src, wk, D);
+        dk[((ax * B + b) * H + h) * nk + j] = dot(a->k + src, wk + A * D, D) * th;
+      }
     }
   }
   return 0;
@@ -585,52 +610,79 @@ static float *factor_exponentials(Args *a) {
 }
 
 /* The long queries' attention with Rich Attention over the windows and the globals:
-   the Rich arguments as above, and
+     w_q, w_k, v_q, v_k [H, D, A]: Rich's projection weights (order: w, distance: v)
+     b, c, th [H, A]: its biases and |theta| / sqrt 2
+     cq [A, B, nq], ck [A, B, nk], vq uint8 [B, nq], vk uint8 [B, nk]: coordinates and
+       validity of the block and window positions (nq = blocks * block, nk = nq + 2r)
      q, k, v [B, G + tokens, H, D]: the G global tokens first, then the long ones
        (tokens <= nq; the kernel pads the blocks and windows itself)
      vg_valid uint8 [B, G]
      out [B, tokens, H, D]: softmax(scale q.k + Rich, over |key - query| <= radius and the
      globals, valid keys only) . v; 0 for a query that sees no key. D % 8 == 0.
+   Rich's per-token projections are computed while packing (each token once).
    Returns 0, -1 for an argument it does not handle, -2 if a thread failed, -3 if out of
    memory. */
-int etc_rich_attention(const float *oq, const float *ok, const float *dq, const float *dk,
-                       const float *th, const float *cq, const float *ck, const uint8_t *vq,
-                       const uint8_t *vk, const float *q, const float *k, const float *v,
-                       const uint8_t *vg_valid, float *out, int64_t axes, int64_t batch,
-                       int64_t heads, int64_t blocks, int64_t block, int64_t radius,
-                       int64_t dim, int64_t globals, int64_t tokens, float scale,
-                       float big_neg, int64_t threads) {
+int etc_rich_attention(const float *w_q, const float *w_k, const float *v_q, const float *v_k,
+                       const float *rich_b, const float *rich_c, const float *th,
+                       const float *cq, const float *ck, const uint8_t *vq, const uint8_t *vk,
+                       const float *q, const float *k, const float *v, const uint8_t *vg_valid,
+                       float *out, int64_t axes, int64_t batch, int64_t heads, int64_t blocks,
+                       int64_t block, int64_t radius, int64_t dim, int64_t globals,
+                       int64_t tokens, float scale, float big_neg, int64_t threads) {
   const int64_t kk = block + 2 * radius, nq = blocks * block, nk = nq + 2 * radius;
   if (axes < 1 || axes > MAX_AXES || block < 1 || radius < 0 || threads < 1 || dim < 8
       || dim % 8 != 0 || globals < 0 || tokens < 0 || tokens > nq)
     return -1;
   const int64_t panels = (nk + 8 + 24 + 7) / 8; /* slack for the tiles' last panels */
+  const int64_t bh = batch * heads, A = axes, D = dim;
+  /* one allocation: packed q, k panels, v, the projections and the transposed weights */
+  const int64_t n_qp = bh * (nq + ROWS) * D, n_kp = bh * panels * D * 8, n_vp = bh * (nk + 8) * D;
+  const int64_t n_pq = A * bh * nq, n_pk = A * bh * nk, n_w = heads * 2 * A * D;
+  float *mem = (float *)malloc(sizeof(float) * (n_qp + n_kp + n_vp + 2 * n_pq + 2 * n_pk + 2 * n_w));
+  if (mem == NULL) return -3;
+  float *oq = mem + n_qp + n_kp + n_vp, *dq = oq + n_pq, *ok = dq + n_pq, *dk = ok + n_pk;
+  float *wq_t = dk + n_pk, *wk_t = wq_t + n_w;
+  for (int64_t h = 0; h < heads; h++) /* [H, D, A] -> [H, 2A, D]: order rows, then distance */
+    for (int64_t ax = 0; ax < A; ax++)
+      for (int64_t d = 0; d < D; d++) {
+        wq_t[(h * 2 * A + ax) * D + d] = w_q[(h * D + d) * A + ax];
+        wq_t[(h * 2 * A + A + ax) * D + d] = v_q[(h * D + d) * A + ax];
+        wk_t[(h * 2 * A + ax) * D + d] = w_k[(h * D + d) * A + ax];
+        wk_t[(h * 2 * A + A + ax) * D + d] = v_k[(h * D + d) * A + ax];
+      }
+  /* padding positions: what projecting a zero token gives (b and c th for queries, 0 for
+     keys); pack_tokens overwrites the tokens' */
+  for (int64_t ax = 0; ax < A; ax++)
+    for (int64_t b = 0; b < batch; b++)
+      for (int64_t h = 0; h < heads; h++) {
+        const int64_t row = (ax * batch + b) * heads + h;
+        for (int64_t i = 0; i < nq; i++) {
+          oq[row * nq + i] = rich_b[h * A + ax];
+          dq[row * nq + i] = rich_c[h * A + ax] * th[h * A + ax];
+        }
+        for (int64_t j = 0; j < nk; j++) ok[row * nk + j] = dk[row * nk + j] = 0.0f;
+      }
   Args args = {.oq = oq, .ok = ok, .dq = dq, .dk = dk, .th = th, .cq = cq, .ck = ck, .vq = vq,
                .vk = vk, .axes = axes, .batch = batch, .heads = heads, .blocks = blocks,
                .block = block, .radius = radius, .big_neg = big_neg, .q = q, .k = k, .v = v,
                .vg_valid = vg_valid, .out = out, .dim = dim, .globals = globals,
-               .tokens = tokens, .scale = scale, .packed_panels = panels};
-  const int64_t bh = batch * heads;
-  args.qp = (float *)malloc(sizeof(float) * bh * (nq + ROWS) * dim);
-  args.kp = (float *)malloc(sizeof(float) * bh * panels * dim * 8);
-  args.vp = (float *)malloc(sizeof(float) * bh * (nk + 8) * dim);
-  int rc = -3;
-  float *exps = factor_exponentials(&args);
-  if (args.qp != NULL && args.kp != NULL && args.vp != NULL) {
-    zero_padding(&args);
-    rc = run_threads(&args, pack_tokens, batch * ((tokens + PACK_TOKENS - 1) / PACK_TOKENS), 0,
-                     threads);
-    if (rc == 0) {
-      const int64_t c4 = (block + ROWS - 1) / ROWS * ROWS;
-      const int64_t kkp = (c4 + 2 * radius + 40 + 7) / 8 * 8;
-      const int64_t floats = block * (2 * MAX_AXES + 1) * kk + c4 * kkp
-                             + c4 * (globals > 0 ? globals : 1) + c4 * dim + block + 16;
-      rc = run_threads(&args, attention_block, batch * blocks, floats, threads);
-    }
+               .tokens = tokens, .scale = scale, .packed_panels = panels, .wq_t = wq_t,
+               .wk_t = wk_t, .rich_b = rich_b, .rich_c = rich_c};
+  args.qp = mem;
+  args.kp = mem + n_qp;
+  args.vp = mem + n_qp + n_kp;
+  zero_padding(&args);
+  int rc = run_threads(&args, pack_tokens, batch * ((tokens + PACK_TOKENS - 1) / PACK_TOKENS), 0,
+                       threads);
+  float *exps = rc == 0 ? factor_exponentials(&args) : NULL;
+  if (rc == 0) {
+    const int64_t c4 = (block + ROWS - 1) / ROWS * ROWS;
+    const int64_t kkp = (c4 + 2 * radius + 40 + 7) / 8 * 8;
+    const int64_t floats = block * (2 * MAX_AXES + 1) * kk + c4 * kkp
+                           + c4 * (globals > 0 ? globals : 1) + c4 * dim + block + 16;
+    rc = run_threads(&args, attention_block, batch * blocks, floats, threads);
   }
-  free(args.qp);
-  free(args.kp);
-  free(args.vp);
+  free(mem);
   free(exps);
   return rc;
 }

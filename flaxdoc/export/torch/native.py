@@ -112,7 +112,7 @@ def _load():
                                                                        ctypes.c_int64]
       fn = lib.etc_rich_attention
       fn.restype = ctypes.c_int
-      fn.argtypes = ([ctypes.c_void_p] * 14 + [ctypes.c_int64] * 9
+      fn.argtypes = ([ctypes.c_void_p] * 16 + [ctypes.c_int64] * 9
                      + [ctypes.c_float, ctypes.c_float, ctypes.c_int64])
     except (OSError, RuntimeError, subprocess.SubprocessError) as e:
       lib, reason = None, str(e)
@@ -194,43 +194,48 @@ def _f32(t: torch.Tensor) -> torch.Tensor:
 
 
 @torch.library.custom_op("flaxdoc::etc_rich_attention", mutates_args=())
-def etc_rich_attention(oq: torch.Tensor, ok: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor,
-                       th: torch.Tensor, cq: torch.Tensor, ck: torch.Tensor, vq: torch.Tensor,
-                       vk: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+def etc_rich_attention(w_q: torch.Tensor, w_k: torch.Tensor, v_q: torch.Tensor,
+                       v_k: torch.Tensor, b: torch.Tensor, c: torch.Tensor, th: torch.Tensor,
+                       cq: torch.Tensor, ck: torch.Tensor, vq: torch.Tensor, vk: torch.Tensor,
+                       q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        global_valid: torch.Tensor, blocks: int, block: int, radius: int,
                        scale: float, big_neg: float) -> torch.Tensor:
   """ETC's long queries with Rich Attention, fused: `[B, N, H, D]`.
 
-  The Rich arguments as `rich_window_bias`; `q`, `k`, `v [B, G + N, H, D]` the layer's
-  projections, the `G` global tokens first (`G = global_valid.shape[1]`, `global_valid
-  [B, G]` which are valid), `N <= blocks * block` long tokens (the kernel pads the blocks
-  and windows itself). Long query `i` attends to the long keys with `|key - query| <=
-  radius` and all globals, valid ones only, with logits `scale q.k` plus Rich Attention
-  on the long keys; a query that sees no key (or is not valid) gets 0.
+  Rich Attention's parameters (`RichAttentionTerm`: `w_q`, `w_k`, `v_q`, `v_k [H, D, A]`,
+  `b`, `c [H, A]`) and `th = |theta| / sqrt 2 [H, A]`; the coordinates `cq [A, B, nq]`, `ck
+  [A, B, nk]` and validity `vq [B, nq]`, `vk [B, nk]` of the block and window positions
+  as in `rich_window_bias`; `q`, `k`, `v [B, G + N, H, D]` the layer's projections, the
+  `G` global tokens first (`G = global_valid.shape[1]`, `global_valid [B, G]` which are
+  valid), `N <= blocks * block` long tokens (the kernel pads the blocks and windows and
+  projects each token for Rich itself). Long query `i` attends to the long keys with
+  `|key - query| <= radius` and all globals, valid ones only, with logits `scale q.k` plus
+  Rich Attention on the long keys; a query that sees no key (or is not valid) gets 0.
   """
-  axes, batch, heads, nq = oq.shape
+  heads, d_rich, axes = w_q.shape
+  batch, nq = vq.shape
   g = global_valid.shape[1]
   d = q.shape[-1]
   n = q.shape[1] - g
   if (nq != blocks * block or q.dim() != 4 or q.shape[0] != batch or q.shape[2] != heads
-      or tuple(k.shape) != tuple(q.shape) or tuple(v.shape) != tuple(q.shape) or d % 8 != 0
-      or not 0 <= n <= nq or ok.shape[-1] != nq + 2 * radius):
+      or d != d_rich or tuple(k.shape) != tuple(q.shape) or tuple(v.shape) != tuple(q.shape)
+      or d % 8 != 0 or not 0 <= n <= nq or ck.shape[-1] != nq + 2 * radius):
     raise ValueError(f"etc_rich_attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v "
                      f"{tuple(v.shape)} with {g} globals do not fit {blocks} blocks of {block} "
-                     f"({heads} heads) with radius {radius} and a head size that is a "
-                     f"multiple of 8")
-  rich = [_f32(t) for t in (oq, ok, dq, dk, th, cq, ck)]
-  rich += [t.detach().to(torch.uint8).contiguous() for t in (vq, vk)]
+                     f"({heads} heads of {d_rich}) with radius {radius} and a head size that "
+                     f"is a multiple of 8")
+  floats = [_f32(t) for t in (w_q, w_k, v_q, v_k, b, c, th, cq, ck)]
+  masks = [t.detach().to(torch.uint8).contiguous() for t in (vq, vk)]
   rest = [_f32(q), _f32(k), _f32(v), global_valid.detach().to(torch.uint8).contiguous()]
   out = torch.empty((batch, n, heads, d), dtype=torch.float32)
-  _call("etc_rich_attention", *[t.data_ptr() for t in rich + rest], out.data_ptr(), axes,
-        batch, heads, blocks, block, radius, d, g, n, float(scale), float(big_neg),
+  _call("etc_rich_attention", *[t.data_ptr() for t in floats + masks + rest], out.data_ptr(),
+        axes, batch, heads, blocks, block, radius, d, g, n, float(scale), float(big_neg),
         torch.get_num_threads())
   return out
 
 
 @etc_rich_attention.register_fake
-def _(oq, ok, dq, dk, th, cq, ck, vq, vk, q, k, v, global_valid, blocks, block, radius, scale,
-      big_neg):
+def _(w_q, w_k, v_q, v_k, b, c, th, cq, ck, vq, vk, q, k, v, global_valid, blocks, block,
+      radius, scale, big_neg):
   g = global_valid.shape[1]
   return q.new_empty((q.shape[0], q.shape[1] - g, q.shape[2], q.shape[3]))
