@@ -339,8 +339,9 @@ class EtcAttention(nn.Module):
     g, r = self.g, self.radius
     coords = torch.stack([term._coordinate(geom, ax)[:, g:] for ax in term.axes])  # [A, B, N]
     valid = mask[:, g:]
-    return ((_pad_for_windows(coords, c, 0, nb, dim=-1), _pad_for_windows(coords, c, r, nb, dim=-1)),
-            (_pad_for_windows(valid, c, 0, nb, dim=-1), _pad_for_windows(valid, c, r, nb, dim=-1)))
+    pad = _pad_for_windows
+    return ((pad(coords, c, 0, nb, dim=-1), pad(coords, c, r, nb, dim=-1)),
+            (pad(valid, c, 0, nb, dim=-1), pad(valid, c, r, nb, dim=-1)))
 
   def _window_terms(self, terms, q_pad, k_pad, ql, kw, geom, blk, win) -> torch.Tensor:
     """The layout terms on the query blocks and their key windows: `[B, nb, H | 1, c, kk]`.

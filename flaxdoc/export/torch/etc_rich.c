@@ -1,4 +1,10 @@
-/* Rich Attention's logits over ETC's sliding key windows, fused: one pass, no temporaries.
+/* ETC attention with FormNet's Rich Attention on CPU: two kernels, no temporaries.
+
+   - etc_rich_attention: the long queries' whole attention, per query block and head in
+     one pass (scores through register tiles, Rich and the mask added in place, the
+     globals beside them, one softmax, the weighted values).
+   - rich_window_bias: Rich's logits and the mask alone, written into the float mask that
+     SDPA reads (layers with other terms or ETC's relative ids).
 
    Built at first use by flaxdoc/export/torch/native.py (the C compiler, -O3 -march=native,
    no other dependency) and called through ctypes; the PyTorch export falls back to its
@@ -10,11 +16,11 @@
      m     = dq_i + dk_j - th * log1p(|c_i - c_j|)   (dq, dk, th already times |theta|/sqrt 2)
      logit = sum over axes of (s - m * m)
 
-   written for query block n (c queries) and its window of c + 2r keys: query i of the
-   block sees window key t when i <= t <= i + 2r (|key - query| <= r) and both tokens are
-   valid; every other entry gets `big_neg`, as the tensor form's additive mask does.
+   for query block n (c queries) and its window of c + 2r keys: query i of the block sees
+   window key t when i <= t <= i + 2r (|key - query| <= r) and both tokens are valid;
+   every other entry gets `big_neg`, as the tensor form's additive mask does.
 
-   Why a kernel: the tensor form makes about seven passes per axis over the [H, c, c + 2r]
+   Why kernels: the tensor form makes about seven passes per axis over the [H, c, c + 2r]
    logits of every block (about 107 ms a layer at 2,048 tokens on two cores, more than
    the attention itself). Here the head-shared parts (distance, order, mask) are computed
    once per (query, key) pair and every head's row is one vectorised loop over its keys,
@@ -23,7 +29,8 @@
      logsigmoid(zx) + logsigmoid(zy) = min(zx, 0) + min(zy, 0)
                                        - log((1 + exp(-|zx|)) (1 + exp(-|zy|)))
 
-   (one log for both axes; the product lies in [1, 4], so nothing overflows).
+   (one log for both axes; the product lies in [1, 4], so nothing overflows), or, when the
+   order logits are bounded, with per-token exponentials (row_two_axes_factored).
 */
 
 #include <math.h>
@@ -44,9 +51,9 @@ static inline int32_t float_to_bits(float f) {
   return i;
 }
 
-/* exp(x) for x <= 0 (a positive x gives 1): 2^n e^f with |f| <= ln2 / 2, e^f by its Taylor series to degree 7
-   (truncation below 6e-9 relative). Below -87 it returns exp(-87) (~1.6e-38): the callers
-   add it to 1. */
+/* exp(x) for x <= 0 (a positive x gives 1): 2^n e^f with |f| <= ln2 / 2, e^f by its
+   Taylor series to degree 7 (truncation below 6e-9 relative). Below -87 it returns
+   exp(-87) (~1.6e-38), a weight of 0 beside any visible key's. */
 static inline float exp_nonpositive(float x) {
   x = x < -87.0f ? -87.0f : x;
   x = x > 0.0f ? 0.0f : x;
@@ -515,7 +522,8 @@ typedef struct {
 
 static void *worker(void *p) {
   const Job *job = (const Job *)p;
-  float *scratch = (float *)malloc(sizeof(float) * (job->scratch_floats > 0 ? job->scratch_floats : 1));
+  const int64_t floats = job->scratch_floats > 0 ? job->scratch_floats : 1;
+  float *scratch = (float *)malloc(sizeof(float) * floats);
   if (scratch == NULL) return (void *)1;
   int failed = 0;
   for (int64_t w = job->thread; w < job->items; w += job->threads)
@@ -531,7 +539,8 @@ static int run_threads(const Args *args, ItemFn fn, int64_t items, int64_t scrat
   if (threads > items) threads = items > 0 ? items : 1;
   Job jobs[256];
   pthread_t ids[256];
-  for (int64_t t = 0; t < threads; t++) jobs[t] = (Job){args, fn, items, scratch_floats, t, threads};
+  for (int64_t t = 0; t < threads; t++)
+    jobs[t] = (Job){args, fn, items, scratch_floats, t, threads};
   int failed = 0;
   int64_t started = 1;
   for (int64_t t = 1; t < threads; t++, started++)
@@ -638,7 +647,8 @@ int etc_rich_attention(const float *w_q, const float *w_k, const float *v_q, con
   /* one allocation: packed q, k panels, v, the projections and the transposed weights */
   const int64_t n_qp = bh * (nq + ROWS) * D, n_kp = bh * panels * D * 8, n_vp = bh * (nk + 8) * D;
   const int64_t n_pq = A * bh * nq, n_pk = A * bh * nk, n_w = heads * 2 * A * D;
-  float *mem = (float *)malloc(sizeof(float) * (n_qp + n_kp + n_vp + 2 * n_pq + 2 * n_pk + 2 * n_w));
+  const int64_t total = n_qp + n_kp + n_vp + 2 * n_pq + 2 * n_pk + 2 * n_w;
+  float *mem = (float *)malloc(sizeof(float) * total);
   if (mem == NULL) return -3;
   float *oq = mem + n_qp + n_kp + n_vp, *dq = oq + n_pq, *ok = dq + n_pq, *dk = ok + n_pk;
   float *wq_t = dk + n_pk, *wk_t = wq_t + n_w;

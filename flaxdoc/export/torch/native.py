@@ -4,15 +4,19 @@
     native.available()            # True once `etc_rich.c` is compiled and loaded
     native.unavailable_reason()   # why not (no compiler, FLAXDOC_NATIVE=0, not Linux/macOS...)
 
-Two kernels (`etc_rich.c`): Rich Attention's logits over ETC's sliding key windows
-(`rich_window_bias`), which in tensor form took more time per layer than the attention
-itself, and the long queries' whole attention with Rich inside it (`etc_rich_attention`:
-scores, Rich, mask, softmax over window and globals, values, in one pass per block). It is plain C (no PyTorch headers, so it builds in about a
-second), compiled with `-O3 -march=native` into the user cache
-(`$FLAXDOC_CACHE_DIR`, else `$XDG_CACHE_HOME/flaxdoc`, else `~/.cache/flaxdoc`) under a
-name that hashes the source, the flags, the compiler and this CPU's feature flags, and
-called through ctypes (which releases the GIL) inside a `torch.library` custom op, so
-`torch.compile` and `torch.export` see one opaque node with a known output shape.
+Two kernels (`etc_rich.c`):
+
+- `etc_rich_attention`: ETC's long-query attention with Rich Attention inside it (scores,
+  Rich, mask, softmax over the window and the globals, values: one pass per block).
+- `rich_window_bias`: Rich's logits over the sliding key windows alone, for layers with
+  other terms too; in tensor form they took more time per layer than the attention.
+
+The source is plain C (no PyTorch headers, so it builds in about a second), compiled
+with `-O3 -march=native` into the user cache (`$FLAXDOC_CACHE_DIR`, else
+`$XDG_CACHE_HOME/flaxdoc`, else `~/.cache/flaxdoc`) under a name that hashes the source,
+the flags, the compiler and this CPU's feature flags. It is called through ctypes (which
+releases the GIL) inside `torch.library` custom ops, so `torch.compile` and
+`torch.export` see one opaque node each, with a known output shape.
 
 Nothing requires it: without a compiler, or with `FLAXDOC_NATIVE=0`, the export runs its
 tensor form (the same outputs; the tests compare the two).
