@@ -144,6 +144,23 @@ def unavailable_reason() -> str | None:
   return _state["reason"]
 
 
+def _call(name: str, *args) -> None:
+  lib = _load()
+  if lib is None:
+    raise RuntimeError(f"flaxdoc::{name}: the native kernel is not available ({_state['reason']})")
+  rc = getattr(lib, name)(*args)
+  if rc != 0:
+    raise RuntimeError(f"flaxdoc::{name} failed ({rc})")
+
+
+def _f32(t: torch.Tensor) -> torch.Tensor:
+  return t.detach().to(torch.float32).contiguous()
+
+
+def _u8(t: torch.Tensor) -> torch.Tensor:
+  return t.detach().to(torch.uint8).contiguous()
+
+
 @torch.library.custom_op("flaxdoc::rich_window_bias", mutates_args=())
 def rich_window_bias(oq: torch.Tensor, ok: torch.Tensor, dq: torch.Tensor, dk: torch.Tensor,
                      th: torch.Tensor, cq: torch.Tensor, ck: torch.Tensor, vq: torch.Tensor,
@@ -158,23 +175,15 @@ def rich_window_bias(oq: torch.Tensor, ok: torch.Tensor, dq: torch.Tensor, dk: t
   validity (bool). Returns `[B, blocks, H, block, block + 2 radius]`: the logits where
   query and key are valid and `|key - query| <= radius`, else `big_neg`.
   """
-  lib = _load()
-  if lib is None:
-    raise RuntimeError(f"flaxdoc::rich_window_bias: the native kernel is not available "
-                       f"({_state['reason']})")
   axes, batch, heads, nq = oq.shape
   kk = block + 2 * radius
   if nq != blocks * block or ok.shape[-1] != nq + 2 * radius:
     raise ValueError(f"rich_window_bias: {nq} queries and {ok.shape[-1]} keys do not fit "
                      f"{blocks} blocks of {block} with radius {radius}")
-  args = [t.detach().to(torch.float32).contiguous() for t in (oq, ok, dq, dk, th, cq, ck)]
-  args += [t.detach().to(torch.uint8).contiguous() for t in (vq, vk)]
+  args = [_f32(t) for t in (oq, ok, dq, dk, th, cq, ck)] + [_u8(vq), _u8(vk)]
   out = torch.empty((batch, blocks, heads, block, kk), dtype=torch.float32)
-  rc = lib.rich_window_bias(*[t.data_ptr() for t in args], out.data_ptr(), axes, batch, heads,
-                            blocks, block, radius, float(big_neg), torch.get_num_threads())
-  if rc != 0:
-    raise RuntimeError(f"flaxdoc::rich_window_bias failed ({rc}) on shapes "
-                       f"{[tuple(t.shape) for t in args]}")
+  _call("rich_window_bias", *[t.data_ptr() for t in args], out.data_ptr(), axes, batch, heads,
+        blocks, block, radius, float(big_neg), torch.get_num_threads())
   return out
 
 
@@ -182,19 +191,6 @@ def rich_window_bias(oq: torch.Tensor, ok: torch.Tensor, dq: torch.Tensor, dk: t
 def _(oq, ok, dq, dk, th, cq, ck, vq, vk, blocks, block, radius, big_neg):
   axes, batch, heads, _ = oq.shape
   return oq.new_empty((batch, blocks, heads, block, block + 2 * radius))
-
-
-def _call(name: str, *args) -> None:
-  lib = _load()
-  if lib is None:
-    raise RuntimeError(f"flaxdoc::{name}: the native kernel is not available ({_state['reason']})")
-  rc = getattr(lib, name)(*args)
-  if rc != 0:
-    raise RuntimeError(f"flaxdoc::{name} failed ({rc})")
-
-
-def _f32(t: torch.Tensor) -> torch.Tensor:
-  return t.detach().to(torch.float32).contiguous()
 
 
 @torch.library.custom_op("flaxdoc::etc_rich_attention", mutates_args=())
@@ -228,11 +224,11 @@ def etc_rich_attention(w_q: torch.Tensor, w_k: torch.Tensor, v_q: torch.Tensor,
                      f"{tuple(v.shape)} with {g} globals do not fit {blocks} blocks of {block} "
                      f"({heads} heads of {d_rich}) with radius {radius} and a head size that "
                      f"is a multiple of 8")
-  floats = [_f32(t) for t in (w_q, w_k, v_q, v_k, b, c, th, cq, ck)]
-  masks = [t.detach().to(torch.uint8).contiguous() for t in (vq, vk)]
-  rest = [_f32(q), _f32(k), _f32(v), global_valid.detach().to(torch.uint8).contiguous()]
+  # Kept in one list until the call returns: the pointers must outlive any copies.
+  args = ([_f32(t) for t in (w_q, w_k, v_q, v_k, b, c, th, cq, ck)] + [_u8(vq), _u8(vk)]
+          + [_f32(q), _f32(k), _f32(v), _u8(global_valid)])
   out = torch.empty((batch, n, heads, d), dtype=torch.float32)
-  _call("etc_rich_attention", *[t.data_ptr() for t in floats + masks + rest], out.data_ptr(),
+  _call("etc_rich_attention", *[t.data_ptr() for t in args], out.data_ptr(),
         axes, batch, heads, blocks, block, radius, d, g, n, float(scale), float(big_neg),
         torch.get_num_threads())
   return out
