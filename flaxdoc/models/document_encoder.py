@@ -67,6 +67,7 @@ CHOICES = {
     "gcn_message_hidden": MESSAGE_HIDDEN,
     "gaussian_angle": ("released", "paper"),
     "cosformer_length": ("max", "document"),
+    "etc_kernel": ("xla", "pallas"),
 }
 
 # Geometry key marking real (non-global) rows, read by `LongPairsOnly`.
@@ -99,7 +100,8 @@ class EncoderSpec:
   Attention: `attention` ("dense" | "etc" | "linformer" | "cosformer"),
   `local_radius` and `num_globals` (ETC; globals also allowed with "dense", where
   they see everything and layout terms skip them), `etc_relative_positions` (ETC's
-  own relative ids), `linformer_proj_length` (`k`), `cosformer_reweight`
+  own relative ids), `etc_kernel` ("xla" | "pallas": ETC's long queries in one fused
+  kernel, `flaxdoc.nn.etc_pallas`), `linformer_proj_length` (`k`), `cosformer_reweight`
   ("none" | "1d" | "squircle" | "cross").
 
   Layout terms: `rich_attention` on `rich_axes` (per layer); `polar` (DocPolarBERT,
@@ -134,6 +136,7 @@ class EncoderSpec:
   local_radius: int = 84
   num_globals: int = 0
   etc_relative_positions: bool = False
+  etc_kernel: str = "xla"  # "pallas": the fused long-query kernel (flaxdoc.nn.etc_pallas)
   linformer_proj_length: int = 512
   cosformer_reweight: str = "1d"
   cosformer_length: str = "max"  # 1D M: "max" (max_len) | "document" (released code)
@@ -209,6 +212,15 @@ class EncoderSpec:
     elif self.etc_relative_positions:
       bad("etc_relative_positions", f"ETC relative ids need attention='etc', not "
           f"{self.attention!r}")
+    if self.etc_kernel == "pallas":
+      if self.attention != "etc":
+        bad("etc_kernel", f"the fused kernel is ETC's, not {self.attention!r} attention's")
+      if self.etc_relative_positions:
+        bad("etc_kernel", "the fused kernel has no ETC relative ids "
+            "(etc_relative_positions=True); use etc_kernel='xla'")
+      if self.polar or self.gaussian or self.fixed_bias != "none":
+        bad("etc_kernel", "the fused kernel takes Rich Attention as its only layout term "
+            "(polar, gaussian and fixed_bias need etc_kernel='xla')")
     if self.attention in ("linformer", "cosformer"):
       if self.uses_layout_terms:
         bad("attention", f"{self.attention} attention never forms [N, N] scores, so pairwise "
@@ -324,6 +336,7 @@ class DocumentEncoder(nn.Module):
       return functools.partial(EtcAttention, local_radius=s.local_radius,
                                num_globals=s.num_globals,
                                relative_positions=s.etc_relative_positions,
+                               kernel=s.etc_kernel,
                                dropout_rate=s.attention_dropout_rate, kernel_init=kernel_init,
                                **common)
     if s.attention == "linformer":

@@ -47,9 +47,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
+from flaxdoc.nn import etc_pallas
 from flaxdoc.nn.attention import (DOCUMENT_IDS, Term, _check_geom, apply_terms,
                                   attention_dropout, default_kernel_init, masked_softmax,
                                   out_projection, qkv_projections)
+from flaxdoc.nn.layout_terms import RichAttentionTerm
 
 Array = jax.Array
 Dtype = Any
@@ -60,6 +62,10 @@ GLOBAL_IDS = "global_ids"
 
 # ETC's clipping distance for relative position ids.
 ETC_MAX_RELATIVE_DISTANCE = 12
+
+# `EtcAttention.kernel`: XLA arrays (any terms, relative ids) or the fused Pallas kernel
+# for the long queries (`flaxdoc.nn.etc_pallas`: Rich Attention or no term, no relative ids).
+KERNELS = ("xla", "pallas")
 
 
 def relative_vocab_size(max_distance: int = ETC_MAX_RELATIVE_DISTANCE) -> int:
@@ -257,11 +263,43 @@ def global_local_attention(
   out_long = out_long.reshape((batch, padded, heads, v_long.shape[-1]))[:, :length]
 
   # ---- Global queries: all globals + all long tokens, one softmax. ----
+  out_global = global_query_attention(
+      q_global, k_global, v_global, k_long, v_long, long_valid, global_valid,
+      long_document_ids=long_document_ids, global_document_ids=global_document_ids,
+      relative=None if relative_table is None else (relative_table, bias_hv, member_ids),
+      max_relative_distance=max_relative_distance, dropout_rate=dropout_rate,
+      dropout_rng=rng_global, deterministic=deterministic, precision=precision)
+  return out_long, out_global
+
+
+
+def global_query_attention(
+    q_global: Array, k_global: Array, v_global: Array, k_long: Array, v_long: Array,
+    long_valid: Array, global_valid: Array, *,
+    long_document_ids: Array | None = None,
+    global_document_ids: Array | None = None,
+    relative: tuple[Array, Array, Array] | None = None,
+    max_relative_distance: int = ETC_MAX_RELATIVE_DISTANCE,
+    dropout_rate: float = 0.0,
+    dropout_rng: Array | None = None,
+    deterministic: bool = True,
+    precision: Any = None,
+) -> Array:
+  """ETC's global queries (`g2g` + `g2l`): all globals and all long tokens, one softmax.
+
+  Shapes as `global_local_attention`; `relative` is `(table [V, H, D], bias [H, V],
+  member_ids [B, N, G])` when ETC's relative ids are on. Returns `[B, G, H, D]`.
+  """
+  num_globals = q_global.shape[1]
+  scale = 1.0 / math.sqrt(q_global.shape[-1])
+  dtype = v_long.dtype
+  f32 = jnp.float32
   g2g = jnp.einsum("bqhd,bkhd->bhqk", q_global, k_global, precision=precision,
                    preferred_element_type=f32)  # [B, H, G, G]
   g2l = jnp.einsum("bqhd,bkhd->bhqk", q_global, k_long, precision=precision,
                    preferred_element_type=f32)  # [B, H, G, N]
-  if relative_table is not None:
+  if relative is not None:
+    relative_table, bias_hv, member_ids = relative
     qr_global = jnp.einsum("bghd,vhd->bhgv", q_global, relative_table.astype(q_global.dtype),
                            precision=precision, preferred_element_type=f32)
     qr_global = qr_global + bias_hv[None, :, None, :]  # [B, H, G, V]
@@ -279,12 +317,12 @@ def global_local_attention(
   logits = jnp.concatenate([g2g, g2l], axis=-1) * scale  # [B, H, G, G + N]
   mask = jnp.concatenate([g2g_mask, g2l_mask], axis=-1)[:, None]  # [B, 1, G, G + N]
   weights = masked_softmax(logits, mask)  # [B, H, G, G + N]
-  weights = attention_dropout(weights, dropout_rate, rng_global, deterministic).astype(dtype)
+  weights = attention_dropout(weights, dropout_rate, dropout_rng, deterministic).astype(dtype)
   out_global = (jnp.einsum("bhqk,bkhd->bqhd", weights[..., :num_globals],
                            v_global.astype(dtype), precision=precision)
                 + jnp.einsum("bhqk,bkhd->bqhd", weights[..., num_globals:], v_long,
                              precision=precision))  # [B, G, H, D]
-  return out_long, out_global
+  return out_global
 
 
 def with_global_tokens(global_x: Array, global_valid: Array, x: Array, mask: Array,
@@ -338,6 +376,10 @@ class EtcAttention(nn.Module):
     max_relative_distance: clipping of relative ids (ETC: 12).
     dropout_rate: dropout on the attention weights.
     use_bias, dtype, param_dtype, kernel_init, precision: as `MultiHeadAttention`.
+    kernel: "xla" (default) or "pallas": the long queries through the fused kernel of
+      `flaxdoc.nn.etc_pallas` (GPU; the Pallas interpreter elsewhere, slow). Takes Rich
+      Attention as its only layout term and no relative ids. Same parameters and, up to
+      rounding, the same outputs; dropout draws from a different random stream.
   """
   num_heads: int
   local_radius: int
@@ -351,6 +393,7 @@ class EtcAttention(nn.Module):
   param_dtype: Dtype = jnp.float32
   kernel_init: Callable[..., Array] = default_kernel_init()
   precision: Any = None
+  kernel: str = "xla"
 
   @nn.compact
   def __call__(self, x: Array, mask: Array, terms: Sequence[Term] = (),
@@ -408,6 +451,11 @@ class EtcAttention(nn.Module):
     dropout_rng = None
     if not deterministic and self.dropout_rate > 0.0:
       dropout_rng = self.make_rng("dropout")
+    if self.kernel == "pallas":
+      context = self._fused(q, k, v, mask, terms, long_geom, doc, dropout_rng)
+      return out_projection(context, width, **proj_args)  # [B, G+N, E]
+    if self.kernel != "xla":
+      raise ValueError(f"EtcAttention: kernel must be one of {KERNELS}, got {self.kernel!r}")
     out_long, out_global = global_local_attention(
         q[:, g:], k[:, g:], v[:, g:], q[:, :g], k[:, :g], v[:, :g],
         mask[:, g:], mask[:, :g], local_radius=self.local_radius,
@@ -420,3 +468,36 @@ class EtcAttention(nn.Module):
         deterministic=deterministic, precision=self.precision)
     context = jnp.concatenate([out_global, out_long], axis=1)  # [B, G+N, H, D]
     return out_projection(context, width, **proj_args)  # [B, G+N, E]
+
+  def _fused(self, q, k, v, mask, terms, long_geom, doc, dropout_rng) -> Array:
+    """`kernel="pallas"`: long queries fused (`etc_pallas`), global queries as XLA arrays."""
+    g = self.num_globals
+    if self.relative_positions:
+      raise ValueError("EtcAttention(kernel='pallas'): ETC's relative position ids are not "
+                       "in the fused kernel; use kernel='xla'")
+    terms = tuple(terms)
+    if len(terms) > 1 or any(not isinstance(t, RichAttentionTerm) for t in terms):
+      names = [type(t).__name__ for t in terms]
+      raise ValueError(f"EtcAttention(kernel='pallas'): the fused kernel takes Rich Attention "
+                       f"as its only layout term, got {names}; use kernel='xla'")
+    rich = None
+    if terms:
+      coords = terms[0].coordinates(long_geom)  # [B, N, A]
+      rich = terms[0].scalars(q[:, g:], k[:, g:]) + (coords,)
+    rng_long = rng_global = seed = None
+    if dropout_rng is not None:
+      rng_long, rng_global = jax.random.split(dropout_rng)
+      seed = jax.random.bits(rng_long, (1,), jnp.uint32).astype(jnp.int32)
+    long_doc = None if doc is None else doc[:, g:]
+    global_doc = None if doc is None else doc[:, :g]
+    out_long = etc_pallas.long_query_attention(
+        q[:, g:], k[:, g:], v[:, g:], k[:, :g], v[:, :g], mask[:, g:], mask[:, :g],
+        local_radius=self.local_radius, long_document_ids=long_doc,
+        global_document_ids=global_doc, rich=rich,
+        dropout_rate=self.dropout_rate if seed is not None else 0.0, dropout_seed=seed)
+    out_global = global_query_attention(
+        q[:, :g], k[:, :g], v[:, :g], k[:, g:], v[:, g:], mask[:, g:], mask[:, :g],
+        long_document_ids=long_doc, global_document_ids=global_doc,
+        dropout_rate=self.dropout_rate, dropout_rng=rng_global,
+        deterministic=dropout_rng is None, precision=self.precision)
+    return jnp.concatenate([out_global, out_long], axis=1)  # [B, G+N, H, D]

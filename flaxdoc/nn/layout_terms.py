@@ -168,8 +168,12 @@ class RichAttentionTerm(nn.Module):
         columns.append(jnp.asarray(centers[..., "xy".index(axis)], jnp.float32))
     return jnp.stack(columns, axis=-1)  # [..., N, A]
 
-  def __call__(self, q: Array, k: Array, q_geom: Mapping[str, Array] | None,
-               k_geom: Mapping[str, Array] | None) -> Array:
+  def scalars(self, q: Array, k: Array) -> tuple[Array, Array, Array, Array, Array]:
+    """Per-token pieces: `(order_q, order_k, dist_q, dist_k [..., H, Q|K, A], theta [H, A])`.
+
+    What `__call__` combines pairwise; the fused ETC kernel (`flaxdoc.nn.etc_pallas`)
+    takes them as they are.
+    """
     f32 = jnp.float32
     q = q.astype(f32)  # [..., Q, H, D]
     k = k.astype(f32)  # [..., K, H, D]
@@ -177,9 +181,13 @@ class RichAttentionTerm(nn.Module):
     order_k = rich_lib.rich_projection_scalars(k, self.w_k.astype(f32))  # [..., H, K, A]
     dist_q = rich_lib.rich_projection_scalars(q, self.v_q.astype(f32), self.c.astype(f32))
     dist_k = rich_lib.rich_projection_scalars(k, self.v_k.astype(f32))  # [..., H, K, A]
+    return order_q, order_k, dist_q, dist_k, self.theta.astype(f32)
+
+  def __call__(self, q: Array, k: Array, q_geom: Mapping[str, Array] | None,
+               k_geom: Mapping[str, Array] | None) -> Array:
     return rich_lib.rich_attention_logits(
-        order_q, order_k, dist_q, dist_k, self.theta.astype(f32),
-        self.coordinates(q_geom), self.coordinates(k_geom))  # [..., H, Q, K]
+        *self.scalars(q, k), self.coordinates(q_geom),
+        self.coordinates(k_geom))  # [..., H, Q, K]
 
 
 class PolarTerm(nn.Module):

@@ -52,11 +52,16 @@ def test_plan_skips_steps_over_the_token_budget():
                          local=True, dtype="bfloat16", param_dtype="float32", peak_tflops=989.0,
                          iters=2, ablation=["full"], prng="threefry", no_dropout=False,
                          profile=None, gcn_backward=["scatter_f32"],
-                         mlm_positions=["capped"]))()
+                         mlm_positions=["capped"], etc_kernel=["xla"]))()
   specs = acc.plan(a)
   steps = [(s["length"], s["batch"]) for s in specs if s["part"] == "pretrain"]
   assert steps == [(1024, 8), (1024, 32), (4096, 8)]
   assert [s["part"] for s in specs].count("sdpa") == 1
+  # One row per ETC kernel, except the `etc` ablation, whose relative ids the fused
+  # kernel does not have.
+  a.lengths, a.batches, a.ablation, a.etc_kernel = [1024], [8], ["full", "etc"], ["xla", "pallas"]
+  rows = [(s["ablation"], s["etc_kernel"]) for s in acc.plan(a) if s["part"] == "pretrain"]
+  assert rows == [("full", "xla"), ("full", "pallas"), ("etc", "xla")]
 
 
 @pytest.mark.slow

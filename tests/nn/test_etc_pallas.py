@@ -1,0 +1,277 @@
+"""The fused ETC + Rich Attention kernel (Pallas, interpreted on CPU) against dense references.
+
+The reference builds the full `[N, N]` scores with the radius as a mask (not ETC's
+blocks), the Rich term with `jax.nn.log_sigmoid`, and takes gradients by autodiff;
+the kernel has its own hand-written backward. The XLA blocked path is checked too.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import linen as nn
+
+from flaxdoc.layout import rich as rich_lib
+from flaxdoc.models.document_encoder import EncoderSpec
+from flaxdoc.nn import etc_pallas as ep
+from flaxdoc.nn.etc_attention import EtcAttention, global_local_attention
+from flaxdoc.nn.layout_terms import RichAttentionTerm
+
+SMALL = ep.Tiles(16, 16, 4, 16, 16, 4)
+MIXED = ep.Tiles(16, 32, 4, 32, 16, 4)  # forward and backward tile the sequence differently
+
+
+def dense_reference(q, k, v, kg, vg, lvalid, gvalid, radius, ldoc=None, gdoc=None, rich=None,
+                    rate=0.0, seed=0):
+  """All `[N, N]` pairs, masked to `|i - j| <= r`, plus the globals; one softmax."""
+  b_, n, h_, d = q.shape
+  g_ = kg.shape[1]
+  ldoc = jnp.zeros((b_, n), jnp.int32) if ldoc is None else ldoc
+  gdoc = jnp.zeros((b_, g_), jnp.int32) if gdoc is None else gdoc
+  s = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(d)  # [B, H, N, N]
+  if rich is not None:
+    oq, ok, dq, dk, theta, c = rich
+    for a in range(oq.shape[-1]):
+      z = oq[..., :, None, a] + ok[..., None, :, a]  # [B, H, N, N]
+      ci, cj = c[:, None, :, None, a], c[:, None, None, :, a]
+      resid = jnp.log1p(jnp.abs(ci - cj)) - (dq[..., :, None, a] + dk[..., None, :, a])
+      s = s + jax.nn.log_sigmoid(jnp.where(ci < cj, z, -z))
+      s = s - 0.5 * theta[:, a, None, None] ** 2 * resid ** 2
+  i = jnp.arange(n)
+  local = ((jnp.abs(i[:, None] - i[None, :]) <= radius)[None]
+           & lvalid[:, :, None] & lvalid[:, None, :] & (ldoc[:, :, None] == ldoc[:, None, :]))
+  sg = jnp.einsum("bqhd,bghd->bhqg", q, kg) / math.sqrt(d)  # [B, H, N, G]
+  gmask = lvalid[:, :, None] & gvalid[:, None, :] & (ldoc[:, :, None] == gdoc[:, None, :])
+  logits = jnp.concatenate([sg, s], -1)
+  mask = jnp.concatenate([gmask, local], -1)[:, None]  # [B, 1, N, G + N]
+  logits = jnp.where(mask, logits, -jnp.inf)
+  m = jnp.max(jnp.where(mask, logits, -1e30), -1, keepdims=True)
+  e = jnp.where(mask, jnp.exp(logits - m), 0.0)
+  w = e / jnp.maximum(e.sum(-1, keepdims=True), 1e-30)
+  if rate:
+    bh = jnp.arange(b_)[:, None] * h_ + jnp.arange(h_)[None, :]  # [B, H]
+    keys = jnp.concatenate([ep.GLOBAL_KEY_ID + jnp.arange(g_), i])
+    keep = ep.dropout_keep(seed, bh[:, :, None, None], i[:, None], keys[None, :], rate)
+    w = jnp.where(keep, w / (1.0 - rate), 0.0)
+  return (jnp.einsum("bhqg,bghd->bqhd", w[..., :g_], vg)
+          + jnp.einsum("bhqk,bkhd->bqhd", w[..., g_:], v))
+
+
+def problem(b=2, n=70, h=2, d=16, g=2, axes=2, seed=0):
+  ks = jax.random.split(jax.random.key(seed), 12)
+  q, k, v = (jax.random.normal(ks[i], (b, n, h, d)) for i in range(3))
+  kg, vg = (jax.random.normal(ks[3 + i], (b, g, h, d)) for i in range(2))
+  rich = (0.5 * jax.random.normal(ks[5], (b, h, n, axes)),
+          0.5 * jax.random.normal(ks[6], (b, h, n, axes)),
+          jax.random.normal(ks[7], (b, h, n, axes)), jax.random.normal(ks[8], (b, h, n, axes)),
+          0.3 + jax.random.uniform(ks[9], (h, axes)))
+  coords = jnp.round(jax.random.uniform(ks[10], (b, n, axes)) * 60)  # ties on purpose
+  lvalid = jnp.arange(n)[None] < jnp.array([n, n - 23])[:b, None]
+  gvalid = jnp.ones((b, g), bool).at[-1, -1].set(g < 2)  # one invalid global when g >= 2
+  ldoc = (jnp.arange(n)[None] >= n // 2).astype(jnp.int32) * jnp.array([1, 0])[:b, None]
+  gdoc = jnp.minimum(jnp.arange(g), 1)[None].repeat(b, 0).astype(jnp.int32)
+  return dict(q=q, k=k, v=v, kg=kg, vg=vg, rich=rich, coords=coords, lvalid=lvalid, gvalid=gvalid, ldoc=ldoc,
+              gdoc=gdoc, ct=jax.random.normal(ks[11], (b, n, h, d)) * lvalid[..., None, None])
+
+
+# Differentiable inputs; `rich` is (order_q, order_k, dist_q, dist_k, theta). The
+# coordinates are geometry: constants for the kernel (no gradient flows to them).
+DIFF = ("q", "k", "v", "kg", "vg", "rich")
+
+
+def kernel_fn(p, radius, tiles, docs=True, use_rich=True, rate=0.0, seed=None):
+  def f(q, k, v, kg, vg, rich):
+    return ep.long_query_attention(
+        q, k, v, kg, vg, p["lvalid"], p["gvalid"], local_radius=radius,
+        long_document_ids=p["ldoc"] if docs else None,
+        global_document_ids=p["gdoc"] if docs else None,
+        rich=rich + (p["coords"],) if use_rich else None, dropout_rate=rate, dropout_seed=seed, tiles=tiles,
+        interpret=True)
+  return f
+
+
+def reference_fn(p, radius, docs=True, use_rich=True, rate=0.0, seed=0):
+  def f(q, k, v, kg, vg, rich):
+    return dense_reference(q, k, v, kg, vg, p["lvalid"], p["gvalid"], radius,
+                           p["ldoc"] if docs else None, p["gdoc"] if docs else None,
+                           rich + (p["coords"],) if use_rich else None, rate, seed)
+  return f
+
+
+def value_and_grads(f, p):
+  @jax.jit  # one compile instead of many small op-by-op ones
+  def run(args, ct):
+    out, vjp = jax.vjp(f, *args)
+    return out, vjp(ct)
+  return run(tuple(p[name] for name in DIFF), p["ct"])
+
+
+def assert_tree_close(a, b, rtol=2e-5, atol=2e-5, what=""):
+  for i, (x, y) in enumerate(zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol,
+                               err_msg=f"{what} leaf {i}")
+
+
+@pytest.mark.parametrize("tiles", [pytest.param(SMALL, marks=pytest.mark.slow), MIXED],
+                         ids=["16x16", "mixed"])
+def test_values_and_gradients_match_the_dense_reference(tiles):
+  p = problem()
+  out, grads = value_and_grads(kernel_fn(p, 11, tiles), p)
+  ref_out, ref_grads = value_and_grads(reference_fn(p, 11), p)
+  assert_tree_close(out, ref_out, what="output")
+  for name, g, rg in zip(DIFF, grads, ref_grads):
+    assert_tree_close(g, rg, rtol=1e-4, atol=1e-4, what=f"d {name}")
+  # Padded queries get zeros; every gradient is finite.
+  assert np.all(np.asarray(out)[1, -23:] == 0)
+  assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(grads))
+
+
+@pytest.mark.slow
+def test_matches_the_xla_blocked_path_with_the_rich_term():
+  p = problem(g=1)
+  oq, ok, dq, dk, theta = p["rich"]
+  coords = p["coords"]
+
+  per_token = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731  [B, H, N, A] -> [B, N, H, A]
+  geom = {"oq": per_token(oq), "ok": per_token(ok), "dq": per_token(dq), "dk": per_token(dk),
+          "c": coords}
+
+  def blocked_term(qb, kb, qgeom, kgeom):  # the XLA path's blocked term, same scalars
+    back = lambda x: jnp.swapaxes(x, -2, -3)  # noqa: E731  [..., N, H, A] -> [..., H, N, A]
+    return rich_lib.rich_attention_logits(back(qgeom["oq"]), back(kgeom["ok"]),
+                                           back(qgeom["dq"]), back(kgeom["dk"]), theta,
+                                           qgeom["c"], kgeom["c"])
+
+  xla, _ = global_local_attention(
+      p["q"], p["k"], p["v"], p["q"][:, :1], p["kg"], p["vg"], p["lvalid"], p["gvalid"],
+      local_radius=9, long_document_ids=p["ldoc"], global_document_ids=p["gdoc"],
+      terms=[blocked_term], long_geom=geom)
+  out = kernel_fn(p, 9, SMALL)(*(p[name] for name in DIFF))
+  np.testing.assert_allclose(np.asarray(out), np.asarray(xla), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.slow
+def test_without_rich_or_documents_and_one_global():
+  p = problem(b=1, n=40, g=1)
+  out, grads = value_and_grads(kernel_fn(p, 5, MIXED, docs=False, use_rich=False), p)
+  ref_out, ref_grads = value_and_grads(reference_fn(p, 5, docs=False, use_rich=False), p)
+  assert_tree_close(out, ref_out)
+  for name, g, rg in zip(DIFF[:5], grads[:5], ref_grads[:5]):
+    assert_tree_close(g, rg, rtol=1e-4, atol=1e-4, what=f"d {name}")
+  assert all(np.all(np.asarray(x) == 0) for x in jax.tree.leaves(grads[5]))  # no Rich: no grad
+
+
+def test_dropout_matches_the_reference_with_the_same_keep_mask():
+  p = problem(n=40)
+  p["lvalid"] = p["lvalid"].at[1].set(False)  # a row with no valid token: zeros, finite grads
+  seed = jnp.array([1234], jnp.int32)
+  f = kernel_fn(p, 7, MIXED, rate=0.3, seed=seed)
+  out, grads = value_and_grads(f, p)
+  ref_out, ref_grads = value_and_grads(reference_fn(p, 7, rate=0.3, seed=1234), p)
+  assert_tree_close(out, ref_out)
+  for name, g, rg in zip(DIFF, grads, ref_grads):
+    assert_tree_close(g, rg, rtol=1e-4, atol=1e-4, what=f"d {name}")
+  assert np.all(np.asarray(out)[1] == 0)
+  assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(grads))
+  no_dropout = kernel_fn(p, 7, MIXED)(*(p[name] for name in DIFF))
+  assert not np.allclose(np.asarray(out), np.asarray(no_dropout))
+  other_seed = kernel_fn(p, 7, MIXED, rate=0.3, seed=seed + 1)(*(p[name] for name in DIFF))
+  assert not np.allclose(np.asarray(out), np.asarray(other_seed))
+
+
+def test_dropout_keep_mask_statistics():
+  i = jnp.arange(512)[:, None]
+  j = jnp.arange(512)[None, :]
+  a = np.asarray(ep.dropout_keep(7, 3, i, j, 0.1))
+  assert abs(a.mean() - 0.9) < 0.005  # 262,144 pairs: 6 standard deviations
+  assert np.array_equal(a, np.asarray(ep.dropout_keep(7, 3, i, j, 0.1)))  # a pure function
+  for other in (ep.dropout_keep(8, 3, i, j, 0.1), ep.dropout_keep(7, 4, i, j, 0.1),
+                ep.dropout_keep(7, 3, j, i, 0.1)):
+    both = (a & np.asarray(other)).mean()
+    assert abs(both - 0.81) < 0.005  # independent streams: P(keep, keep) = 0.9^2
+  assert np.asarray(ep.dropout_keep(7, 3, i, j, 0.0)).all()
+  assert abs(np.asarray(ep.dropout_keep(7, 3, i, j, 0.5)).mean() - 0.5) < 0.005
+
+
+def test_dropout_needs_a_seed():
+  x = np.zeros((1, 20, 2, 16), np.float32)
+  g = np.zeros((1, 1, 2, 16), np.float32)
+  with pytest.raises(ValueError, match="dropout_seed"):
+    ep.long_query_attention(x, x, x, g, g, np.ones((1, 20), bool), np.ones((1, 1), bool),
+                            local_radius=3, dropout_rate=0.1)
+
+
+# --------------------------------------------------------------------------- the module
+class RichEtc(nn.Module):
+  kernel: str
+  relative_positions: bool = False
+
+  @nn.compact
+  def __call__(self, x, mask, geom, deterministic=True, extra_term=None):
+    terms = [RichAttentionTerm(num_heads=2, head_dim=8, name="rich")]
+    if extra_term is not None:
+      terms.append(extra_term)
+    return EtcAttention(num_heads=2, local_radius=6, num_globals=2, dropout_rate=0.2,
+                        kernel=self.kernel, relative_positions=self.relative_positions,
+                        name="attention")(x, mask, terms, geom, deterministic)
+
+
+def module_inputs(b=2, n=24):
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=(b, n, 16)), jnp.float32)
+  mask = jnp.asarray(np.arange(n)[None] < np.array([n, n - 9])[:b, None])
+  geom = {"centers": jnp.asarray(rng.uniform(0, 1000, size=(b, n, 2)), jnp.float32),
+          "document_ids": jnp.asarray(np.r_[[0, 1], np.repeat([0, 1], (n - 2) // 2)][None]
+                                      .repeat(b, 0), jnp.int32)}
+  return x, mask, geom
+
+
+def test_module_kernels_share_parameters_and_agree():
+  x, mask, geom = module_inputs()
+  xla, fused = RichEtc("xla"), RichEtc("pallas")
+  params = xla.init(jax.random.key(0), x, mask, geom)
+  assert (jax.tree.map(jnp.shape, jax.eval_shape(fused.init, jax.random.key(0), x, mask, geom))
+          == jax.tree.map(jnp.shape, params))
+  def value_and_grad(model):
+    loss = lambda p: jnp.sum(jnp.sin(model.apply(p, x, mask, geom)))  # noqa: E731
+    return jax.jit(lambda p: (model.apply(p, x, mask, geom), jax.grad(loss)(p)))(params)
+
+  out_x, grad_x = value_and_grad(xla)
+  out_f, grad_f = value_and_grad(fused)
+  np.testing.assert_allclose(np.asarray(out_f), np.asarray(out_x), rtol=2e-5, atol=2e-5)
+  assert_tree_close(grad_f, grad_x, rtol=1e-4, atol=1e-5, what="parameter gradients")
+  # Dropout: a different stream from the XLA path's, but rate and finiteness hold.
+  rngs = {"dropout": jax.random.key(3)}
+  dropped = jax.jit(lambda p: fused.apply(p, x, mask, geom, deterministic=False,
+                                          rngs=rngs))(params)
+  assert np.isfinite(np.asarray(dropped)).all()
+  assert not np.allclose(np.asarray(dropped), np.asarray(out_f))
+
+
+def test_module_refuses_what_the_kernel_lacks():
+  x, mask, geom = module_inputs(b=1, n=20)
+  with pytest.raises(ValueError, match="relative position ids"):
+    RichEtc("pallas", relative_positions=True).init(jax.random.key(0), x, mask, geom)
+  other = lambda q, k, qg, kg: jnp.zeros(())  # noqa: E731
+  with pytest.raises(ValueError, match="only layout term"):
+    RichEtc("pallas").init(jax.random.key(0), x, mask, geom, extra_term=other)
+  with pytest.raises(ValueError, match="kernel must be one of"):
+    RichEtc("cuda").init(jax.random.key(0), x, mask, geom)
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(attention="dense"), "not 'dense' attention"),
+    (dict(attention="etc", num_globals=1, etc_relative_positions=True), "relative ids"),
+    (dict(attention="etc", num_globals=1, polar=True), "only layout term"),
+    (dict(attention="etc", num_globals=1, etc_kernel="triton"), "etc_kernel"),
+])
+def test_encoder_spec_names_the_field(fields, message):
+  fields = dict(dict(etc_kernel="pallas"), **fields)
+  with pytest.raises(ValueError, match=message):
+    EncoderSpec(**fields).validate()
+  EncoderSpec(attention="etc", num_globals=1, rich_attention=True,
+              etc_kernel="pallas").validate()
