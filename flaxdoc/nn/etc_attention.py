@@ -379,7 +379,8 @@ class EtcAttention(nn.Module):
     kernel: "xla" (default) or "pallas": the long queries through the fused kernel of
       `flaxdoc.nn.etc_pallas` (GPU; the Pallas interpreter elsewhere, slow). Takes Rich
       Attention as its only layout term and no relative ids. Same parameters and, up to
-      rounding, the same outputs; dropout draws from a different random stream.
+      rounding, the same outputs; dropout draws from a different random stream, the
+      long queries ignore `precision`, and no gradient flows into the geometry.
   """
   num_heads: int
   local_radius: int

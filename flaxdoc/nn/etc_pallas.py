@@ -49,6 +49,10 @@ Array = jax.Array
 F32 = jnp.float32
 NEG = -1e30  # the max of a row with no key yet; finite, so exp(m_old - m_new) is never NaN
 GLOBAL_KEY_ID = 1 << 30  # key id of global g in the dropout hash: GLOBAL_KEY_ID + g
+# The kernels see one int per token: its document id, or one of these for an invalid
+# query / key (so they never match). Document ids may be any other int32.
+INVALID_QUERY = -(2 ** 31)
+INVALID_KEY = -(2 ** 31) + 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,7 +230,7 @@ def _forward_kernel(cfg, seed_ref, q_ref, k_ref, v_ref, kg_ref, vg_ref, qdoc_ref
 
 
 # --------------------------------------------------------------------------- layout helpers
-def _specs(cfg, batch, heads, head_dim, tiled_q: bool):
+def _specs(cfg, head_dim, tiled_q: bool):
   """BlockSpecs for the kernels' inputs; `tiled_q`: one query tile per program (else all)."""
   bq, a, nq = cfg.block_q, cfg.padded_a, cfg.padded_q
   q_rows = bq if tiled_q else nq
@@ -273,7 +277,7 @@ def _prepare(cfg, q, k, v, kg, vg, oq, ok, dq, dk, theta, coords, long_doc, glob
   batch, heads = q.shape[0], q.shape[2]
   g, gp, a, ap = cfg.num_globals, cfg.padded_g, cfg.num_axes, cfg.padded_a
   pad_g = lambda x: jnp.pad(x, [(0, 0), (0, gp - g)] + [(0, 0)] * (x.ndim - 2))  # noqa: E731
-  doc = jnp.asarray(long_doc, jnp.int32)
+  query_doc, key_doc = long_doc  # document ids, or INVALID_QUERY / INVALID_KEY
   if a:
     axes_pad = lambda x: jnp.pad(x, [(0, 0)] * (x.ndim - 2) + [(0, ap - a), (0, 0)])  # noqa: E731
     hq = lambda x: axes_pad(jnp.swapaxes(x, -1, -2))  # [B, H, N, A] -> [B, H, Ap, N]  # noqa: E731
@@ -289,17 +293,15 @@ def _prepare(cfg, q, k, v, kg, vg, oq, ok, dq, dk, theta, coords, long_doc, glob
     th = jnp.zeros((heads, ap), F32)
   return dict(
       q=pad_q(q, 1), k=pad_k(k, 1), v=pad_k(v, 1), kg=pad_g(kg), vg=pad_g(vg.astype(v.dtype)),
-      # Invalid queries and invalid keys never match: -2 and -1.
-      qdoc=jnp.pad(jnp.where(doc >= 0, doc, -2), [(0, 0), (0, nq - n)], constant_values=-2),
-      kdoc=jnp.pad(doc, [(0, 0), (r, lk - r - n)], constant_values=-1),
-      gdoc=jnp.pad(jnp.asarray(global_doc, jnp.int32), [(0, 0), (0, gp - g)],
-                   constant_values=-1),
+      qdoc=jnp.pad(query_doc, [(0, 0), (0, nq - n)], constant_values=INVALID_QUERY),
+      kdoc=jnp.pad(key_doc, [(0, 0), (r, lk - r - n)], constant_values=INVALID_KEY),
+      gdoc=jnp.pad(global_doc, [(0, 0), (0, gp - g)], constant_values=INVALID_KEY),
       oq=oq_, ok=ok_, dq=dq_, dk=dk_, cq=cq, ck=ck, theta=th)
 
 
 def _forward(cfg, seed, x):
   batch, _, heads, head_dim = x["q"].shape
-  sp = _specs(cfg, batch, heads, head_dim, tiled_q=True)
+  sp = _specs(cfg, head_dim, tiled_q=True)
   in_specs = [sp["seed"], sp["q"], sp["k"], sp["k"], sp["g"], sp["g"], sp["qdoc"], sp["kdoc"],
               sp["gdoc"], sp["q_axes"], sp["k_axes"], sp["q_axes"], sp["k_axes"], sp["q_coord"],
               sp["k_coord"], sp["theta"]]
@@ -455,7 +457,7 @@ def _backward(cfg, seed, x, o, lse, do):
   do = jnp.pad(do, [(0, 0), (0, nq - cfg.length), (0, 0), (0, 0)])
   delta = jnp.swapaxes(jnp.sum(do.astype(F32) * o.astype(F32), axis=-1), 1, 2)  # [B, H, Nq]
 
-  sp = _specs(cfg, batch, heads, head_dim, tiled_q=True)
+  sp = _specs(cfg, head_dim, tiled_q=True)
   tile_parts = pl.BlockSpec((None, None, None, gp, head_dim), lambda b, h, i: (b, h, i, 0, 0))
   dq, d_oq, d_dq, d_theta, dkg, dvg = _call(
       cfg, _dq_kernel, (batch, heads, nqt),
@@ -470,7 +472,7 @@ def _backward(cfg, seed, x, o, lse, do):
           seed, x["q"], x["k"], x["v"], x["kg"], x["vg"], x["qdoc"], x["kdoc"], x["gdoc"],
           x["oq"], x["ok"], x["dq"], x["dk"], x["cq"], x["ck"], x["theta"], do, lse, delta)
 
-  full = _specs(cfg, batch, heads, head_dim, tiled_q=False)
+  full = _specs(cfg, head_dim, tiled_q=False)
   bk = cfg.block_k
   k_tile = pl.BlockSpec((None, bk, None, head_dim), lambda b, h, j: (b, j, h, 0))
   k_axes = pl.BlockSpec((None, None, ap, bk), lambda b, h, j: (b, h, 0, j))
@@ -545,7 +547,8 @@ def long_query_attention(q_long: Array, k_long: Array, v_long: Array, k_global: 
     k_global, v_global: `[B, G, H, D]`.
     long_valid, global_valid: bool `[B, N]`, `[B, G]`.
     local_radius: `r`.
-    long_document_ids, global_document_ids: int `[B, N]` / `[B, G]` (packed documents) or None.
+    long_document_ids, global_document_ids: int `[B, N]` / `[B, G]` (packed documents;
+      any int32 but `INVALID_QUERY` and `INVALID_KEY`) or None, both or neither.
     rich: None, or `(order_q, order_k, dist_q, dist_k, theta, coords)`: the Rich
       scalars `[B, H, N, A]` (`flaxdoc.layout.rich.rich_projection_scalars`), `theta
       [H, A]` and the coordinates `[B, N, A]`.
@@ -561,8 +564,19 @@ def long_query_attention(q_long: Array, k_long: Array, v_long: Array, k_global: 
   num_globals = k_global.shape[1]
   if interpret is None:
     interpret = jax.default_backend() != "gpu"
+  t = tiles or DEFAULT_TILES
+  for name, value in dataclasses.asdict(t).items():
+    if "warps" not in name and (value < 1 or value & (value - 1)):
+      raise ValueError(f"long_query_attention: tiles.{name} must be a power of two, got {value}")
+  if local_radius < 0:
+    raise ValueError(f"long_query_attention: local_radius must be >= 0, got {local_radius}")
+  if not 0.0 <= dropout_rate < 1.0:
+    raise ValueError(f"long_query_attention: dropout_rate must be in [0, 1), got {dropout_rate}")
   if dropout_rate and dropout_seed is None:
     raise ValueError("long_query_attention: dropout_rate > 0 needs dropout_seed")
+  if (long_document_ids is None) != (global_document_ids is None):
+    raise ValueError("long_query_attention: give long_document_ids and global_document_ids "
+                     "together (a global token must know its document)")
   rate = float(dropout_rate) if dropout_seed is not None else 0.0
   seed = (jnp.zeros((1,), jnp.int32) if dropout_seed is None
           else jnp.asarray(dropout_seed, jnp.int32).reshape((1,)))
@@ -571,8 +585,10 @@ def long_query_attention(q_long: Array, k_long: Array, v_long: Array, k_global: 
   if long_document_ids is None:
     long_document_ids = jnp.zeros((batch, length), jnp.int32)
     global_document_ids = jnp.zeros((batch, num_globals), jnp.int32)
-  long_doc = jnp.where(long_valid, jnp.asarray(long_document_ids, jnp.int32), -1)
-  global_doc = jnp.where(global_valid, jnp.asarray(global_document_ids, jnp.int32), -1)
+  long_document_ids = jnp.asarray(long_document_ids, jnp.int32)
+  long_doc = (jnp.where(long_valid, long_document_ids, INVALID_QUERY),
+              jnp.where(long_valid, long_document_ids, INVALID_KEY))
+  global_doc = jnp.where(global_valid, jnp.asarray(global_document_ids, jnp.int32), INVALID_KEY)
   if rich is None:
     zeros = jnp.zeros((batch, heads, length, 0), F32)
     rich = (zeros, zeros, zeros, zeros, jnp.zeros((heads, 0), F32),
@@ -581,7 +597,6 @@ def long_query_attention(q_long: Array, k_long: Array, v_long: Array, k_global: 
   theta = jnp.asarray(theta, F32)
   if theta.ndim == 1:
     theta = jnp.broadcast_to(theta[:, None], (heads, oq.shape[-1]))
-  t = tiles or DEFAULT_TILES
   cfg = Config(radius=int(local_radius), length=length, num_globals=num_globals,
                num_axes=int(oq.shape[-1]), dropout_rate=rate, block_q=t.block_q,
                block_k=t.block_k, warps=t.warps, interpret=bool(interpret),
