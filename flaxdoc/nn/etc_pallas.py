@@ -29,8 +29,9 @@ Dropout draws its keep mask from a counter hash of `(seed, batch, head, query, k
 It is a different random stream from the XLA path's `jax.random.bernoulli`: both are
 inverted dropout at the same rate (`dropout_keep` is the same hash in `jnp`).
 
-The kernels run on GPUs through Pallas' Triton backend; elsewhere (CPU tests) with
-`interpret=True`. ETC's relative position ids and layout terms other than Rich
+The kernel bodies are in `flaxdoc.nn.etc_pallas_kernels`; this module lays out their
+inputs, calls them and ties them into a custom VJP. They run on GPUs through Pallas'
+Triton backend; elsewhere (CPU tests) with `interpret=True`. ETC's relative position ids and layout terms other than Rich
 Attention are not supported here (`EtcAttention(kernel="pallas")` says so).
 """
 
@@ -38,17 +39,21 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
+import warnings
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 from jax.experimental import pallas as pl
+
+from flaxdoc.nn import etc_pallas_kernels as kernels
+# Re-exported: the tests build references with the same dropout hash.
+from flaxdoc.nn.etc_pallas_kernels import GLOBAL_KEY_ID, Config, dropout_keep
+
+__all__ = ["DEFAULT_TILES", "GLOBAL_KEY_ID", "INVALID_KEY", "INVALID_QUERY", "Config", "Tiles",
+           "dropout_keep", "long_query_attention"]
 
 Array = jax.Array
 F32 = jnp.float32
-NEG = -1e30  # the max of a row with no key yet; finite, so exp(m_old - m_new) is never NaN
-GLOBAL_KEY_ID = 1 << 30  # key id of global g in the dropout hash: GLOBAL_KEY_ID + g
 # The kernels see one int per token: its document id, or one of these for an invalid
 # query / key (so they never match). Document ids may be any other int32.
 INVALID_QUERY = -(2 ** 31)
@@ -74,159 +79,6 @@ class Tiles:
 
 
 DEFAULT_TILES = Tiles()
-
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-  """Static sizes of one call (hashable: it is the custom VJP's non-differentiable part)."""
-  radius: int
-  length: int  # N, long tokens
-  num_globals: int  # G
-  num_axes: int  # A, Rich axes (0: no Rich term)
-  dropout_rate: float
-  block_q: int
-  block_k: int
-  warps: int
-  interpret: bool
-  backward_tiles: tuple[int, int, int]  # (block_q, block_k, warps) of the backward kernels
-
-  def backward(self) -> "Config":
-    bq, bk, warps = self.backward_tiles
-    return dataclasses.replace(self, block_q=bq, block_k=bk, warps=warps)
-
-  @property
-  def q_tiles(self) -> int:
-    return -(-self.length // self.block_q)
-
-  @property
-  def padded_q(self) -> int:  # long queries padded to whole tiles
-    return self.q_tiles * self.block_q
-
-  @property
-  def key_tiles(self) -> int:  # key tiles per query tile: the window [i0 - r, i0 + BQ - 1 + r]
-    return -(-(self.block_q + 2 * self.radius) // self.block_k)
-
-  @property
-  def padded_k(self) -> int:  # r zero keys on the left, enough on the right for the last window
-    last = self.padded_q - self.block_q + self.key_tiles * self.block_k
-    return -(-last // self.block_k) * self.block_k  # whole key tiles (the dk/dv grid)
-
-  @property
-  def padded_g(self) -> int:  # Triton's dots want >= 16 rows
-    return max(16, int(pl.next_power_of_2(max(self.num_globals, 1))))
-
-  @property
-  def padded_a(self) -> int:
-    return max(1, int(pl.next_power_of_2(max(self.num_axes, 1))))
-
-
-# --------------------------------------------------------------------------- pairwise pieces
-def _fmix32(x):
-  """murmur3's 32-bit finaliser: a bijection that mixes every input bit into every output bit."""
-  x = x ^ lax.shift_right_logical(x, jnp.uint32(16))
-  x = x * jnp.uint32(0x85EBCA6B)
-  x = x ^ lax.shift_right_logical(x, jnp.uint32(13))
-  x = x * jnp.uint32(0xC2B2AE35)
-  return x ^ lax.shift_right_logical(x, jnp.uint32(16))
-
-
-def dropout_keep(seed, batch_head, query, key, rate: float):
-  """Keep mask of pair `(query, key)` (broadcasting int arrays) for stream `(seed, batch_head)`.
-
-  `batch_head = b * H + h`; `key` is the long key index or `GLOBAL_KEY_ID + g`. Keeps
-  with probability `1 - rate` (24-bit resolution). Used inside the kernels and by tests.
-  """
-  u32 = jnp.uint32
-  stream = _fmix32(jnp.asarray(seed).astype(u32) + jnp.asarray(batch_head).astype(u32)
-                   * u32(0x9E3779B9))
-  row = _fmix32(stream ^ (jnp.asarray(query).astype(u32) * u32(0x27D4EB2F)))
-  pair = _fmix32(row ^ (jnp.asarray(key).astype(u32) * u32(0x165667B1)))
-  bits = lax.shift_right_logical(pair, u32(8)).astype(jnp.int32)  # [0, 2^24)
-  return bits >= int(round(rate * (1 << 24)))
-
-
-def _log_sigmoid(x):
-  return jnp.minimum(x, 0.0) - jnp.log1p(jnp.exp(-jnp.abs(x)))
-
-
-def _dot(a, b):
-  return lax.dot_general(a, b, (((1,), (0,)), ((), ())), preferred_element_type=F32)
-
-
-def _dot_t(a, b):  # a @ b.T
-  return lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=F32)
-
-
-def _rich(cfg, q_side, k_side, theta_ref):
-  """Rich logits of a `[BQ, BK]` tile; q_side per axis `(order, dist, coord)` `[BQ]`, k_side `[BK]`."""
-  total = 0.0
-  for a in range(cfg.num_axes):
-    (oq, dq, cq), (ok, dk, ck) = q_side[a], k_side[a]
-    z = oq[:, None] + ok[None, :]
-    u = jnp.where(cq[:, None] < ck[None, :], z, -z)
-    resid = jnp.log1p(jnp.abs(cq[:, None] - ck[None, :])) - (dq[:, None] + dk[None, :])
-    theta = theta_ref[a]
-    total = total + _log_sigmoid(u) - 0.5 * theta * theta * resid * resid
-  return total
-
-
-def _q_side(cfg, oq_ref, dq_ref, cq_ref, at):
-  return [(oq_ref[a, at], dq_ref[a, at], cq_ref[a, at]) for a in range(cfg.num_axes)]
-
-
-# --------------------------------------------------------------------------- forward
-def _forward_kernel(cfg, seed_ref, q_ref, k_ref, v_ref, kg_ref, vg_ref, qdoc_ref, kdoc_ref,
-                    gdoc_ref, oq_ref, okk_ref, dq_ref, dk_ref, cq_ref, ck_ref, theta_ref,
-                    o_ref, lse_ref):
-  b, h, iq = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-  bq, bk, r = cfg.block_q, cfg.block_k, cfg.radius
-  scale = 1.0 / math.sqrt(q_ref.shape[-1])
-  i0 = iq * bq
-  qi = i0 + jnp.arange(bq)
-  q = q_ref[...]  # [BQ, D]
-  qdoc = qdoc_ref[...]  # [BQ]
-  q_side = _q_side(cfg, oq_ref, dq_ref, cq_ref, slice(None))
-  seed, bh = seed_ref[0], b * pl.num_programs(1) + h
-  keep_scale = 1.0 / (1.0 - cfg.dropout_rate) if cfg.dropout_rate else 1.0
-
-  def fold(carry, s, valid, vals, key_ids):
-    m, l, acc = carry
-    s = jnp.where(valid, s, NEG)
-    m_new = jnp.maximum(m, s.max(axis=1))
-    p = jnp.where(valid, jnp.exp(s - m_new[:, None]), 0.0)
-    alpha = jnp.exp(m - m_new)
-    l = alpha * l + p.sum(axis=1)
-    if cfg.dropout_rate:
-      keep = dropout_keep(seed, bh, qi[:, None], key_ids[None, :], cfg.dropout_rate)
-      p = jnp.where(keep, p * keep_scale, 0.0)
-    acc = alpha[:, None] * acc + _dot(p.astype(vals.dtype), vals)
-    return m_new, l, acc
-
-  # The global keys first: one tile of Gp (padding invalid), no Rich term.
-  kg = kg_ref[...]
-  s = _dot_t(q, kg) * scale
-  valid = qdoc[:, None] == gdoc_ref[...][None, :]
-  g_ids = GLOBAL_KEY_ID + jnp.arange(cfg.padded_g)
-  carry = (jnp.full((bq,), NEG, F32), jnp.zeros((bq,), F32),
-           jnp.zeros((bq, v_ref.shape[-1]), F32))
-  carry = fold(carry, s, valid, vg_ref[...], g_ids)
-
-  def body(t, carry):
-    ks = i0 + t * bk  # padded key position; long index ks - r
-    at = pl.ds(ks, bk)
-    kj = ks - r + jnp.arange(bk)
-    s = _dot_t(q, k_ref[at, :]) * scale
-    if cfg.num_axes:
-      k_side = _q_side(cfg, okk_ref, dk_ref, ck_ref, at)
-      s = s + _rich(cfg, q_side, k_side, theta_ref)
-    valid = ((jnp.abs(qi[:, None] - kj[None, :]) <= r)
-             & (qdoc[:, None] == kdoc_ref[at][None, :]))
-    return fold(carry, s, valid, v_ref[at, :], kj)
-
-  m, l, acc = lax.fori_loop(0, cfg.key_tiles, body, carry)
-  o_ref[...] = jnp.where(l[:, None] > 0, acc / jnp.where(l > 0, l, 1.0)[:, None],
-                         0.0).astype(o_ref.dtype)
-  lse_ref[...] = jnp.where(l > 0, m + jnp.log(jnp.where(l > 0, l, 1.0)), 0.0)
 
 
 # --------------------------------------------------------------------------- layout helpers
@@ -299,6 +151,7 @@ def _prepare(cfg, q, k, v, kg, vg, oq, ok, dq, dk, theta, coords, long_doc, glob
       oq=oq_, ok=ok_, dq=dq_, dk=dk_, cq=cq, ck=ck, theta=th)
 
 
+# --------------------------------------------------------------------------- the kernel calls
 def _forward(cfg, seed, x):
   batch, _, heads, head_dim = x["q"].shape
   sp = _specs(cfg, head_dim, tiled_q=True)
@@ -307,148 +160,12 @@ def _forward(cfg, seed, x):
               sp["k_coord"], sp["theta"]]
   out_shape = [jax.ShapeDtypeStruct(x["q"].shape, x["v"].dtype),
                jax.ShapeDtypeStruct((batch, heads, cfg.padded_q), F32)]
-  o, lse = _call(cfg, _forward_kernel, (batch, heads, cfg.q_tiles), in_specs,
+  o, lse = _call(cfg, kernels.forward_kernel, (batch, heads, cfg.q_tiles), in_specs,
                  [sp["q"], sp["q_vec"]], out_shape, "etc_rich_forward")(
                      seed, x["q"], x["k"], x["v"], x["kg"], x["vg"], x["qdoc"], x["kdoc"],
                      x["gdoc"], x["oq"], x["ok"], x["dq"], x["dk"], x["cq"], x["ck"],
                      x["theta"])
   return o, lse
-
-
-# --------------------------------------------------------------------------- backward
-def _pair_grads(cfg, seed, bh, qi, kj, q, k, v, do, lse, delta, q_side, k_side, theta_ref,
-                valid, rich_axis=None):
-  """Recomputed weights of a `[BQ, BK]` tile and the gradient of its logits.
-
-  Returns `(p_dropped, ds, rich)`: the weights after dropout (for `dv`), `dL/dlogit`,
-  and per Rich axis the gradients of the order and distance scalars summed over
-  `rich_axis` (1: per query, with `d theta` per query too; 0: per key). Rich's pairwise
-  pieces are recomputed here rather than kept from the logits: keeping them alive
-  through the softmax spills registers.
-  """
-  scale = 1.0 / math.sqrt(q.shape[-1])
-  s = _dot_t(q, k) * scale
-  use_rich = cfg.num_axes and k_side is not None
-  if use_rich:
-    s = s + _rich(cfg, q_side, k_side, theta_ref)
-  p = jnp.where(valid, jnp.exp(s - lse[:, None]), 0.0)
-  dp = _dot_t(do, v)  # d(loss)/d(dropped weight)
-  if cfg.dropout_rate:
-    keep = dropout_keep(seed, bh, qi[:, None], kj[None, :], cfg.dropout_rate)
-    keep_scale = 1.0 / (1.0 - cfg.dropout_rate)
-    dp = jnp.where(keep, dp * keep_scale, 0.0)
-    p_dropped = jnp.where(keep, p * keep_scale, 0.0)
-  else:
-    p_dropped = p
-  ds = p * (dp - delta[:, None])
-  rich = []
-  for a in range(cfg.num_axes if use_rich else 0):
-    (oq, dq, cq), (ok, dk, ck) = q_side[a], k_side[a]
-    before = cq[:, None] < ck[None, :]
-    z = oq[:, None] + ok[None, :]
-    u = jnp.where(before, z, -z)
-    d_order = ds / (1.0 + jnp.exp(u))  # d log_sigmoid(u) / du = sigmoid(-u)
-    d_order = jnp.where(before, d_order, -d_order).sum(axis=rich_axis)
-    resid = jnp.log1p(jnp.abs(cq[:, None] - ck[None, :])) - (dq[:, None] + dk[None, :])
-    theta = theta_ref[a]
-    ds_resid = ds * resid
-    d_dist = (theta * theta) * ds_resid.sum(axis=rich_axis)
-    if rich_axis == 1:
-      rich.append((d_order, d_dist, -theta * (ds_resid * resid).sum(axis=1)))
-    else:
-      rich.append((d_order, d_dist))
-  return p_dropped, ds, rich
-
-
-def _dq_kernel(cfg, seed_ref, q_ref, k_ref, v_ref, kg_ref, vg_ref, qdoc_ref, kdoc_ref, gdoc_ref,
-               oq_ref, okk_ref, dq_ref, dk_ref, cq_ref, ck_ref, theta_ref, do_ref, lse_ref,
-               delta_ref, dq_out, doq_out, ddq_out, dth_out, dkg_out, dvg_out):
-  b, h, iq = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-  bq, bk, r = cfg.block_q, cfg.block_k, cfg.radius
-  scale = 1.0 / math.sqrt(q_ref.shape[-1])
-  i0 = iq * bq
-  qi = i0 + jnp.arange(bq)
-  q, do = q_ref[...], do_ref[...]
-  lse, delta, qdoc = lse_ref[...], delta_ref[...], qdoc_ref[...]
-  q_side = _q_side(cfg, oq_ref, dq_ref, cq_ref, slice(None))
-  seed, bh = seed_ref[0], b * pl.num_programs(1) + h
-
-  # Global keys: their dk / dv are this tile's partial sums (added up outside).
-  kg, vg = kg_ref[...], vg_ref[...]
-  valid = qdoc[:, None] == gdoc_ref[...][None, :]
-  g_ids = GLOBAL_KEY_ID + jnp.arange(cfg.padded_g)
-  p_dropped, ds, _ = _pair_grads(cfg, seed, bh, qi, g_ids, q, kg, vg, do, lse, delta, q_side,
-                                 None, theta_ref, valid)
-  dkg_out[...] = _dot(ds.T.astype(q.dtype), q) * scale
-  dvg_out[...] = _dot(p_dropped.T.astype(do.dtype), do)
-  dq = _dot(ds.astype(kg.dtype), kg)
-  zeros = jnp.zeros((bq,), F32)
-  rich_acc = tuple((zeros, zeros, zeros) for _ in range(cfg.num_axes))
-
-  def body(t, carry):
-    dq, rich_acc = carry
-    ks = i0 + t * bk
-    at = pl.ds(ks, bk)
-    kj = ks - r + jnp.arange(bk)
-    k = k_ref[at, :]
-    k_side = _q_side(cfg, okk_ref, dk_ref, ck_ref, at) if cfg.num_axes else None
-    valid = ((jnp.abs(qi[:, None] - kj[None, :]) <= r)
-             & (qdoc[:, None] == kdoc_ref[at][None, :]))
-    _, ds, grads = _pair_grads(cfg, seed, bh, qi, kj, q, k, v_ref[at, :], do, lse, delta,
-                               q_side, k_side, theta_ref, valid, rich_axis=1)
-    dq = dq + _dot(ds.astype(k.dtype), k)
-    rich_acc = tuple(tuple(acc + g for acc, g in zip(accs, gs))
-                     for accs, gs in zip(rich_acc, grads))
-    return dq, rich_acc
-
-  dq, rich_acc = lax.fori_loop(0, cfg.key_tiles, body, (dq, rich_acc))
-  dq_out[...] = dq * scale
-  for a, (d_order, d_dist, d_theta) in enumerate(rich_acc):
-    doq_out[a, :] = d_order
-    ddq_out[a, :] = d_dist
-    dth_out[a, :] = d_theta
-
-
-def _dkv_kernel(cfg, seed_ref, q_ref, k_ref, v_ref, qdoc_ref, kdoc_ref, oq_ref, okk_ref, dq_ref,
-                dk_ref, cq_ref, ck_ref, theta_ref, do_ref, lse_ref, delta_ref,
-                dk_out, dv_out, dok_out, ddk_out):
-  b, h, jk = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-  bq, bk, r = cfg.block_q, cfg.block_k, cfg.radius
-  scale = 1.0 / math.sqrt(q_ref.shape[-1])
-  j0 = jk * bk  # padded key position of the tile; long index j0 - r
-  kj = j0 - r + jnp.arange(bk)
-  k, v, kdoc = k_ref[...], v_ref[...], kdoc_ref[...]
-  k_side = _q_side(cfg, okk_ref, dk_ref, ck_ref, slice(None)) if cfg.num_axes else None
-  seed, bh = seed_ref[0], b * pl.num_programs(1) + h
-  # Query tiles that can see these keys: long queries [j0 - 2r, j0 + BK - 1].
-  lo = jnp.maximum(j0 - 2 * r, 0) // bq
-  hi = jnp.minimum((j0 + bk - 1) // bq, cfg.q_tiles - 1) + 1
-  zeros = jnp.zeros((bk,), F32)
-  rich_acc = tuple((zeros, zeros) for _ in range(cfg.num_axes))
-  acc0 = jnp.zeros((bk, k.shape[-1]), F32)
-
-  def body(t, carry):
-    dk, dv, rich_acc = carry
-    at = pl.ds(t * bq, bq)
-    qi = t * bq + jnp.arange(bq)
-    q, do = q_ref[at, :], do_ref[at, :]
-    q_side = _q_side(cfg, oq_ref, dq_ref, cq_ref, at)
-    valid = ((jnp.abs(qi[:, None] - kj[None, :]) <= r)
-             & (qdoc_ref[at][:, None] == kdoc[None, :]))
-    p_dropped, ds, grads = _pair_grads(cfg, seed, bh, qi, kj, q, k, v, do, lse_ref[at],
-                                       delta_ref[at], q_side, k_side, theta_ref, valid,
-                                       rich_axis=0)
-    dv = dv + _dot(p_dropped.T.astype(do.dtype), do)
-    dk = dk + _dot(ds.T.astype(q.dtype), q)
-    rich_acc = tuple((acc_o + g[0], acc_d + g[1]) for (acc_o, acc_d), g in zip(rich_acc, grads))
-    return dk, dv, rich_acc
-
-  dk, dv, rich_acc = lax.fori_loop(lo, hi, body, (acc0, acc0, rich_acc))
-  dk_out[...] = dk * scale
-  dv_out[...] = dv
-  for a, (d_order, d_dist) in enumerate(rich_acc):
-    dok_out[a, :] = d_order
-    ddk_out[a, :] = d_dist
 
 
 def _backward(cfg, seed, x, o, lse, do):
@@ -460,7 +177,7 @@ def _backward(cfg, seed, x, o, lse, do):
   sp = _specs(cfg, head_dim, tiled_q=True)
   tile_parts = pl.BlockSpec((None, None, None, gp, head_dim), lambda b, h, i: (b, h, i, 0, 0))
   dq, d_oq, d_dq, d_theta, dkg, dvg = _call(
-      cfg, _dq_kernel, (batch, heads, nqt),
+      cfg, kernels.dq_kernel, (batch, heads, nqt),
       [sp["seed"], sp["q"], sp["k"], sp["k"], sp["g"], sp["g"], sp["qdoc"], sp["kdoc"],
        sp["gdoc"], sp["q_axes"], sp["k_axes"], sp["q_axes"], sp["k_axes"], sp["q_coord"],
        sp["k_coord"], sp["theta"], sp["q"], sp["q_vec"], sp["q_vec"]],
@@ -477,7 +194,7 @@ def _backward(cfg, seed, x, o, lse, do):
   k_tile = pl.BlockSpec((None, bk, None, head_dim), lambda b, h, j: (b, j, h, 0))
   k_axes = pl.BlockSpec((None, None, ap, bk), lambda b, h, j: (b, h, 0, j))
   dk, dv, d_ok, d_dk = _call(
-      cfg, _dkv_kernel, (batch, heads, lk // bk),
+      cfg, kernels.dkv_kernel, (batch, heads, lk // bk),
       [full["seed"], full["q"], k_tile, k_tile, full["qdoc"],
        pl.BlockSpec((None, bk), lambda b, h, j: (b, j)), full["q_axes"], k_axes,
        full["q_axes"], k_axes, full["q_coord"],
@@ -564,6 +281,10 @@ def long_query_attention(q_long: Array, k_long: Array, v_long: Array, k_global: 
   num_globals = k_global.shape[1]
   if interpret is None:
     interpret = jax.default_backend() != "gpu"
+    if interpret:
+      warnings.warn(f"flaxdoc.nn.etc_pallas: no GPU (backend {jax.default_backend()!r}), so the "
+                    "fused ETC kernel runs in Pallas' interpreter, which is slow; use "
+                    "etc_kernel='xla' here", stacklevel=2)
   t = tiles or DEFAULT_TILES
   for name, value in dataclasses.asdict(t).items():
     if "warps" not in name and (value < 1 or value & (value - 1)):

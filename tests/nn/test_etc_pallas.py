@@ -262,6 +262,15 @@ def test_module_kernels_share_parameters_and_agree():
   assert not np.allclose(np.asarray(dropped), np.asarray(out_f))
 
 
+def test_off_a_gpu_the_interpreter_runs_with_a_warning():
+  x = jnp.ones((1, 8, 1, 16))
+  g = jnp.ones((1, 1, 1, 16))
+  with pytest.warns(UserWarning, match="interpreter"):
+    out = ep.long_query_attention(x, x, x, g, g, jnp.ones((1, 8), bool), jnp.ones((1, 1), bool),
+                                  local_radius=2, tiles=SMALL)
+  np.testing.assert_allclose(np.asarray(out), 1.0, rtol=1e-6)  # every value is 1
+
+
 def test_module_refuses_what_the_kernel_lacks():
   x, mask, geom = module_inputs(b=1, n=20)
   with pytest.raises(ValueError, match="relative position ids"):
