@@ -64,7 +64,7 @@ def make(p: Problem, dtype: str):
 
   from flaxdoc.layout import rich as rich_lib  # pylint: disable=import-outside-toplevel
   from flaxdoc.nn import etc_pallas  # pylint: disable=import-outside-toplevel
-  from flaxdoc.nn.etc_attention import global_local_attention  # pylint: disable=import-outside-toplevel
+  from flaxdoc.nn import etc_attention  # pylint: disable=import-outside-toplevel
 
   f32 = jnp.float32
   b, n, h, d, g, a = p.batch, p.length, p.heads, p.head_dim, p.num_globals, p.axes
@@ -88,9 +88,9 @@ def make(p: Problem, dtype: str):
     def term(qb, kb, q_geom, k_geom):
       return rich_lib.rich_attention_logits(*scalars(qb, kb, w), theta, q_geom["c"],
                                             k_geom["c"])
-    return global_local_attention(q, k, v, qg.astype(q.dtype), kg, vg, valid, gvalid,
-                                  local_radius=p.radius, terms=[term],
-                                  long_geom={"c": coords})[0]
+    return etc_attention.global_local_attention(
+        q, k, v, qg.astype(q.dtype), kg, vg, valid, gvalid, local_radius=p.radius,
+        terms=[term], long_geom={"c": coords})[0]
 
   def fused(tiles):
     def f(q, k, v, kg, vg, w, theta):

@@ -272,7 +272,6 @@ def global_local_attention(
   return out_long, out_global
 
 
-
 def global_query_attention(
     q_global: Array, k_global: Array, v_global: Array, k_long: Array, v_long: Array,
     long_valid: Array, global_valid: Array, *,

@@ -31,8 +31,9 @@ inverted dropout at the same rate (`dropout_keep` is the same hash in `jnp`).
 
 The kernel bodies are in `flaxdoc.nn.etc_pallas_kernels`; this module lays out their
 inputs, calls them and ties them into a custom VJP. They run on GPUs through Pallas'
-Triton backend; elsewhere (CPU tests) with `interpret=True`. ETC's relative position ids and layout terms other than Rich
-Attention are not supported here (`EtcAttention(kernel="pallas")` says so).
+Triton backend; elsewhere (CPU tests) with `interpret=True`. ETC's relative position ids
+and layout terms other than Rich Attention are not supported here
+(`EtcAttention(kernel="pallas")` says so).
 """
 
 from __future__ import annotations
@@ -234,11 +235,19 @@ def _attend_bwd(cfg, res, do):
   lse = jnp.pad(lse[..., :cfg.length], [(0, 0), (0, 0), (0, extra)])
   g = _backward(cfg, seed, x, o, lse, do)
   n, r, a = cfg.length, cfg.radius, cfg.num_axes
-  keys = lambda y: y[:, r:r + n]  # noqa: E731
-  globals_ = lambda y, like: jnp.swapaxes(y, 1, 2)[:, :cfg.num_globals].astype(like.dtype)  # noqa: E731
+  def keys(y):  # padded keys -> the N long keys
+    return y[:, r:r + n]
+
+  def globals_(y, like):  # [B, H, Gp, D] -> [B, G, H, D]
+    return jnp.swapaxes(y, 1, 2)[:, :cfg.num_globals].astype(like.dtype)
+
+  def per_q(y, like):  # [B, H, Ap, Nq] -> [B, H, N, A]
+    return jnp.swapaxes(y[:, :, :a, :n], -1, -2).astype(like.dtype)
+
+  def per_k(y, like):  # [B, H, Ap, Lk] -> [B, H, N, A]
+    return jnp.swapaxes(y[:, :, :a, r:r + n], -1, -2).astype(like.dtype)
+
   if a:
-    per_q = lambda y, like: jnp.swapaxes(y[:, :, :a, :n], -1, -2).astype(like.dtype)  # noqa: E731
-    per_k = lambda y, like: jnp.swapaxes(y[:, :, :a, r:r + n], -1, -2).astype(like.dtype)  # noqa: E731
     rich = (per_q(g["d_oq"], oq), per_k(g["d_ok"], ok), per_q(g["d_dq"], dq),
             per_k(g["d_dk"], dk), g["d_theta"][:, :, :a].sum(axis=(0, 3)).astype(theta.dtype))
   else:

@@ -104,7 +104,10 @@ def _dot_t(a, b):  # a @ b.T
 
 
 def _rich(cfg, q_side, k_side, theta_ref):
-  """Rich logits of a `[BQ, BK]` tile; q_side per axis `(order, dist, coord)` `[BQ]`, k_side `[BK]`."""
+  """Rich logits of a `[BQ, BK]` tile.
+
+  q_side: per axis `(order, dist, coord)`, each `[BQ]`; k_side likewise, `[BK]`.
+  """
   total = 0.0
   for a in range(cfg.num_axes):
     (oq, dq, cq), (ok, dk, ck) = q_side[a], k_side[a]

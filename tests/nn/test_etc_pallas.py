@@ -75,8 +75,9 @@ def problem(b=2, n=70, h=2, d=16, g=2, axes=2, seed=0):
   # Two packed documents in row 0, with ids 0 and -1 (any int32 is an id), one in row 1.
   ldoc = -(jnp.arange(n)[None] >= n // 2).astype(jnp.int32) * jnp.array([1, 0])[:b, None]
   gdoc = -jnp.minimum(jnp.arange(g), 1)[None].repeat(b, 0).astype(jnp.int32)
-  return dict(q=q, k=k, v=v, kg=kg, vg=vg, rich=rich, coords=coords, lvalid=lvalid, gvalid=gvalid, ldoc=ldoc,
-              gdoc=gdoc, ct=jax.random.normal(ks[11], (b, n, h, d)) * lvalid[..., None, None])
+  return dict(q=q, k=k, v=v, kg=kg, vg=vg, rich=rich, coords=coords, lvalid=lvalid,
+              gvalid=gvalid, ldoc=ldoc, gdoc=gdoc,
+              ct=jax.random.normal(ks[11], (b, n, h, d)) * lvalid[..., None, None])
 
 
 # Differentiable inputs; `rich` is (order_q, order_k, dist_q, dist_k, theta). The
@@ -90,8 +91,8 @@ def kernel_fn(p, radius, tiles, docs=True, use_rich=True, rate=0.0, seed=None):
         q, k, v, kg, vg, p["lvalid"], p["gvalid"], local_radius=radius,
         long_document_ids=p["ldoc"] if docs else None,
         global_document_ids=p["gdoc"] if docs else None,
-        rich=rich + (p["coords"],) if use_rich else None, dropout_rate=rate, dropout_seed=seed, tiles=tiles,
-        interpret=True)
+        rich=rich + (p["coords"],) if use_rich else None, dropout_rate=rate,
+        dropout_seed=seed, tiles=tiles, interpret=True)
   return f
 
 
@@ -201,7 +202,8 @@ def test_dropout_keep_mask_statistics():
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(dropout_rate=0.1), "needs dropout_seed"),
-    (dict(dropout_rate=1.0, dropout_seed=np.zeros(1, np.int32)), r"dropout_rate must be in \[0, 1\)"),
+    (dict(dropout_rate=1.0, dropout_seed=np.zeros(1, np.int32)),
+     r"dropout_rate must be in \[0, 1\)"),
     (dict(local_radius=-1), "local_radius must be >= 0"),
     (dict(long_document_ids=np.zeros((1, 20), np.int32)), "together"),
     (dict(tiles=ep.Tiles(block_q=24)), "tiles.block_q must be a power of two"),
