@@ -23,7 +23,8 @@ belongs to that row alone):
   count (`cost_analysis()["flops"]`, element-wise work included) is printed beside it
   as `xla_tflop`.
 * `attention`: forward of the 12 x 768 encoder (the `flaxdoc.bench.attention`
-  rows `etc_rich` and `dense`) at 2k / 8k / 16k tokens in `--dtype`.
+  rows `etc_rich` and `dense`; `etc_rich_pallas`, the same with the fused ETC
+  kernel, when `--etc_kernel` names `pallas`) at 2k / 8k / 16k tokens in `--dtype`.
 * `sdpa`: one dense attention (12 heads x 64, batch 1) as a plain einsum-softmax-
   einsum, through `jax.nn.dot_product_attention(implementation="xla")` and
   `implementation="cudnn"` (fused flash attention), forward and forward+backward,
@@ -288,7 +289,10 @@ def run_attention(impl: str, length: int, dtype: str, s: Sizes) -> dict:
   from flaxdoc import models  # pylint: disable=import-outside-toplevel
   from flaxdoc.bench import attention as ab  # pylint: disable=import-outside-toplevel
   from flaxdoc.models import document_encoder as de  # pylint: disable=import-outside-toplevel
-  model = de.build_document_encoder(ab.model_config(impl, s), vocab_size=ab.VOCAB,
+  config = ab.model_config(impl.removesuffix("_pallas"), s)
+  if impl.endswith("_pallas"):  # the same encoder with ETC's long queries fused
+    config.etc_kernel = "pallas"
+  model = de.build_document_encoder(config, vocab_size=ab.VOCAB,
                                     num_tags=ab.TAGS, max_len=length, pretraining=False,
                                     dtype=dtype)
   batch = models.example_batch(1, length, vocab_size=ab.VOCAB, num_tags=ab.TAGS)
@@ -299,7 +303,7 @@ def run_attention(impl: str, length: int, dtype: str, s: Sizes) -> dict:
   fwd = jax.jit(lambda p, b: model.apply({"params": p}, b)["tag_logits"])
   compiled = fwd.lower(params, batch).compile()
   seconds = _timed(lambda: compiled(params, batch), warmup=1, iters=3 if length > 8192 else 5)
-  gflop = ab.forward_gflop(impl, length, s)
+  gflop = ab.forward_gflop(impl.removesuffix("_pallas"), length, s)
   return dict(part="attention", impl=impl, tokens=length, dtype=dtype, time_ms=seconds * 1e3,
               tokens_per_s=length / seconds, gflop=gflop, tflops=gflop / seconds / 1e3,
               peak_gb=_device_peak_gb())
@@ -420,7 +424,8 @@ def plan(a) -> list[dict]:
                                 **common_))
   if "attention" in a.parts:
     for length in a.attention_lengths:
-      for impl in ("etc_rich", "dense"):
+      fused = ("etc_rich_pallas",) if "pallas" in a.etc_kernel else ()
+      for impl in ("etc_rich",) + fused + ("dense",):
         specs.append(dict(part="attention", impl=impl, length=length, **common_))
   if "sdpa" in a.parts:
     for length in a.attention_lengths:

@@ -62,6 +62,8 @@ def test_plan_skips_steps_over_the_token_budget():
   a.lengths, a.batches, a.ablation, a.etc_kernel = [1024], [8], ["full", "etc"], ["xla", "pallas"]
   rows = [(s["ablation"], s["etc_kernel"]) for s in acc.plan(a) if s["part"] == "pretrain"]
   assert rows == [("full", "xla"), ("full", "pallas"), ("etc", "xla")]
+  a.parts = ["attention"]
+  assert [s["impl"] for s in acc.plan(a)] == ["etc_rich", "etc_rich_pallas", "dense"]
 
 
 @pytest.mark.slow
