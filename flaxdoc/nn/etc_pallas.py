@@ -67,9 +67,10 @@ class Tiles:
 
   The backward holds more `[BQ, BK]` arrays at once (weights, their gradient, Rich's
   pieces), so it gets its own sizes: too many live tiles spill registers. The defaults
-  are the fastest of seven tried on an H100 (FormNet-A2's layer, 16 x 1,024 tokens,
-  bf16; README, Accelerators): the backward took 7.2 ms with 64 x 64 tiles and 4 warps,
-  13.2 ms with 8 warps, 2.3 ms with 32 x 32.
+  combine the fastest forward and the fastest backward of seven tilings tried on an
+  H100 (FormNet-A2's layer, 16 x 1,024 tokens, bf16; README, Accelerators): the
+  backward took 7.2 ms with 64 x 64 tiles and 4 warps, 13.2 ms with 8 warps, 2.3 ms
+  with 32 x 32.
   """
   block_q: int = 32
   block_k: int = 64
