@@ -121,22 +121,6 @@ def _device_peak_gb() -> float | None:
   return None if peak is None else peak / 2 ** 30
 
 
-def _timed(fn, *, warmup: int = 2, iters: int = 10) -> float:
-  """Seconds per call of `fn()`: `iters` back-to-back calls, one sync at the end (median of 3)."""
-  import jax  # pylint: disable=import-outside-toplevel
-  for _ in range(warmup):
-    jax.block_until_ready(fn())
-  runs = []
-  for _ in range(3):
-    t0 = time.perf_counter()
-    out = None
-    for _ in range(iters):
-      out = fn()
-    jax.block_until_ready(out)
-    runs.append((time.perf_counter() - t0) / iters)
-  return sorted(runs)[1]
-
-
 def _cost_flops(compiled) -> float | None:
   try:
     cost = compiled.cost_analysis()
@@ -255,7 +239,7 @@ def _time_pretrain(compiled, state, data, length, batch, s, peak_tflops, iters, 
                                             jax.random.key(state["i"]))
     return loss
 
-  seconds = _timed(call, warmup=2, iters=iters)
+  seconds = common.time_back_to_back(call, warmup=2, iters=iters)
   loss = float(call())
   tflop = train_step_tflop(length, batch, s, head_positions)
   extra = {}
@@ -302,7 +286,7 @@ def run_attention(impl: str, length: int, dtype: str, s: Sizes) -> dict:
   batch = jax.device_put(batch)
   fwd = jax.jit(lambda p, b: model.apply({"params": p}, b)["tag_logits"])
   compiled = fwd.lower(params, batch).compile()
-  seconds = _timed(lambda: compiled(params, batch), warmup=1, iters=3 if length > 8192 else 5)
+  seconds = common.time_back_to_back(lambda: compiled(params, batch), warmup=1, iters=3 if length > 8192 else 5)
   gflop = ab.forward_gflop(impl.removesuffix("_pallas"), length, s)
   return dict(part="attention", impl=impl, tokens=length, dtype=dtype, time_ms=seconds * 1e3,
               tokens_per_s=length / seconds, gflop=gflop, tflops=gflop / seconds / 1e3,
@@ -373,12 +357,12 @@ def run_sdpa(impl: str, length: int, bias: bool, dtype: str, s: Sizes):
   del out, ref
   common_ = dict(part="sdpa", impl=impl, tokens=length, bias=bias, dtype=dtype, max_err=err,
                  err_queries=m)
-  seconds = _timed(lambda: fwd(q, k, v, b), iters=5)
+  seconds = common.time_back_to_back(lambda: fwd(q, k, v, b), iters=5)
   gflop = dense_attention_gflop(length, s.heads, d)
   yield dict(common_, **{"pass": "fwd"}, time_ms=seconds * 1e3, tflops=gflop / seconds / 1e3)
   grad = jax.jit(jax.grad(lambda q_, k_, v_: attend(q_, k_, v_, b).astype(jnp.float32).sum(),
                           argnums=(0, 1, 2)))
-  seconds = _timed(lambda: grad(q, k, v), iters=5)
+  seconds = common.time_back_to_back(lambda: grad(q, k, v), iters=5)
   gflop = dense_attention_gflop(length, s.heads, d, backward=True)
   yield dict(common_, **{"pass": "fwd+bwd"}, time_ms=seconds * 1e3,
              tflops=gflop / seconds / 1e3)

@@ -38,6 +38,26 @@ def time_call(fn: Callable[[], object], *, repeats: int = 5, warmup: int = 1,
   return times[len(times) // 2]
 
 
+def time_back_to_back(fn: Callable[[], object], *, warmup: int = 2, iters: int = 10) -> float:
+  """Seconds per call of `fn()`: `iters` back-to-back calls, one sync at the end (median of 3).
+
+  For asynchronous devices (GPU/TPU), where `time_call`'s sync after every call would
+  add the launch gap to each: `fn` returns arrays that are not yet ready.
+  """
+  import jax  # pylint: disable=import-outside-toplevel
+  for _ in range(warmup):
+    jax.block_until_ready(fn())
+  runs = []
+  for _ in range(3):
+    t0 = time.perf_counter()
+    out = None
+    for _ in range(iters):
+      out = fn()
+    jax.block_until_ready(out)
+    runs.append((time.perf_counter() - t0) / iters)
+  return sorted(runs)[1]
+
+
 def format_table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> str:
   """A plain aligned text table of dict rows (missing values print as '-')."""
   if not rows:

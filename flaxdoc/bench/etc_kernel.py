@@ -113,12 +113,11 @@ def measure(fn, args, cotangent, iters: int):
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
 
-  from flaxdoc.bench.accelerator import _timed  # pylint: disable=import-outside-toplevel
   forward = jax.jit(lambda *x: fn(*x))  # a fresh function per row: no trace shared
   grads = jax.jit(jax.grad(lambda *x: jnp.sum(fn(*x).astype(jnp.float32) * cotangent),
                            argnums=tuple(range(len(args)))))
-  fwd = _timed(lambda: forward(*args), iters=iters)
-  both = _timed(lambda: grads(*args), iters=iters)
+  fwd = common.time_back_to_back(lambda: forward(*args), iters=iters)
+  both = common.time_back_to_back(lambda: grads(*args), iters=iters)
   return fwd * 1e3, both * 1e3, forward(*args), grads(*args)
 
 

@@ -214,9 +214,8 @@ def _backward(cfg, seed, x, o, lse, do):
 
 # --------------------------------------------------------------------------- public function
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _attend(cfg, seed, q, k, v, kg, vg, oq, ok, dq, dk, theta, coords, long_doc, global_doc):
-  x = _prepare(cfg, q, k, v, kg, vg, oq, ok, dq, dk, theta, coords, long_doc, global_doc)
-  return _forward(cfg, seed, x)[0][:, :cfg.length]
+def _attend(cfg, *args):
+  return _attend_fwd(cfg, *args)[0]
 
 
 def _attend_fwd(cfg, seed, q, k, v, kg, vg, oq, ok, dq, dk, theta, coords, long_doc,
