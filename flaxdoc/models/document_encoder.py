@@ -44,6 +44,7 @@ from flaxdoc.nn.cosformer import REWEIGHT_KINDS, CosformerAttention
 from flaxdoc.nn.embeddings import POSITION_1D_KINDS, POSITION_2D_KINDS, Embeddings
 from flaxdoc.nn.encoder import Encoder
 from flaxdoc.nn.etc_attention import EtcAttention, with_global_tokens
+from flaxdoc.nn.gcn import KERNELS as GCN_KERNELS
 from flaxdoc.nn.gcn import MESSAGE_HIDDEN, SuperTokenEncoder
 from flaxdoc.nn.heads import LOCAL_ORDER_CLASSES, LocalOrderHead, MLMHead, TaggingHead
 from flaxdoc.nn.layout_terms import (RICH_AXES, FixedBiasTerm, GaussianTerm, PolarTerm,
@@ -68,6 +69,7 @@ CHOICES = {
     "gaussian_angle": ("released", "paper"),
     "cosformer_length": ("max", "document"),
     "etc_kernel": ("xla", "pallas"),
+    "gcn_kernel": GCN_KERNELS,
 }
 
 # Geometry key marking real (non-global) rows, read by `LongPairsOnly`.
@@ -111,7 +113,10 @@ class EncoderSpec:
   `gaussian_angle` ("released" | "paper"); `cosformer_length` ("max" | "document");
   `fixed_bias` ("none" | "squircle" | "cross").
 
-  Super-Tokens: `gcn_layers` (0 = off), `gcn_message_hidden` ("width" | "input"). Heads: `tagging_hidden`, `local_order_head`.
+  Super-Tokens: `gcn_layers` (0 = off), `gcn_message_hidden` ("width" | "input"),
+  `gcn_kernel` ("xla" | "pallas": each layer's per-edge part in fused kernels,
+  `flaxdoc.nn.gcn_pallas`; no effect without GCN layers).
+  Heads: `tagging_hidden`, `local_order_head`.
   Implementation: `scan_layers`, `remat`, `remat_policy`.
   """
   width: int = 768
@@ -159,6 +164,7 @@ class EncoderSpec:
   # super-tokens and heads
   gcn_layers: int = 0
   gcn_message_hidden: str = "width"
+  gcn_kernel: str = "xla"  # "pallas": the fused per-edge kernels (flaxdoc.nn.gcn_pallas)
   tagging_hidden: bool = False
   local_order_head: bool = False
   # implementation
@@ -462,7 +468,7 @@ class DocumentEncoder(nn.Module):
         graph[key] = jnp.asarray(batch[key])
       x = SuperTokenEncoder(
           features=s.width, num_layers=s.gcn_layers, message_hidden=s.gcn_message_hidden,
-          dropout_rate=s.dropout_rate,
+          dropout_rate=s.dropout_rate, kernel=s.gcn_kernel,
           initializer_range=s.initializer_range, dtype=self.dtype,
           param_dtype=self.param_dtype, name="super_tokens")(
               x, boxes, graph["neighbor_ids"], graph["neighbor_features"],

@@ -35,6 +35,11 @@ pooled hidden vector once per node. Per edge there remain the edge-feature part
 of the first layer, the GELU and two `H`-vector products: `O(L * (E * H + K * F * H))`
 instead of `O(L * K * (F + E) * H)`.
 
+`kernel="pallas"` computes the per-edge part (gather, edge part, GELU, score, softmax,
+pooled sum) and its gradient in fused Pallas kernels that never write a `[B, L, K, H]`
+array (`flaxdoc.nn.gcn_pallas`; GPUs, or Pallas' interpreter elsewhere). Same
+parameters, so checkpoints do not depend on it.
+
 `SuperTokenEncoder` builds the node input (token embedding concatenated with the six
 spatial features x0, y0, x1, y1, width, height in 0..1 units, projected to the
 width) and stacks `num_layers` GCN layers (FormNet: 12); its output is the input of
@@ -49,6 +54,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
+
+from flaxdoc.nn import gcn_pallas
 
 Array = jax.Array
 Dtype = Any
@@ -117,6 +124,8 @@ def check_graph(h: Array, neighbor_ids: Array, neighbor_features: Array, neighbo
 # float32 (also the more accurate sum); "scatter": gather in the compute dtype.
 NEIGHBOR_GRADIENT = "scatter_f32"
 NEIGHBOR_GRADIENTS = ("scatter_f32", "scatter")
+# How a layer computes its per-edge part: as XLA arrays, or fused (`flaxdoc.nn.gcn_pallas`).
+KERNELS = ("xla", "pallas")
 
 
 def gather_neighbors(x: Array, ids: Array) -> Array:
@@ -165,11 +174,16 @@ class GCNLayer(nn.Module):
     hidden_features: width of the message MLP's hidden layer (None: the node width).
     dropout_rate: dropout on the pooled hidden vector `sum_l a_kl x_kl` during training.
     layer_norm_epsilon: epsilon of the output LayerNorm.
+    kernel: "xla" (default) or "pallas": the per-edge part in the fused kernels of
+      `flaxdoc.nn.gcn_pallas` (GPU; the Pallas interpreter elsewhere, slow). The edge
+      features get no gradient there (they are data), and the score's constant
+      `b2 . w`, which a softmax does not see, is left out.
   """
   hidden_features: int | None = None
   dropout_rate: float = 0.0
   layer_norm_epsilon: float = 1e-6
   initializer_range: float = 0.02
+  kernel: str = "xla"
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -194,6 +208,8 @@ class GCNLayer(nn.Module):
     neighbor_mask = jnp.asarray(neighbor_mask, bool)
     neighbor_features = jnp.asarray(neighbor_features)
     check_graph(h, neighbor_ids, neighbor_features, neighbor_mask, node_mask)
+    if self.kernel not in KERNELS:
+      raise ValueError(f"GCNLayer: kernel must be one of {KERNELS}, got {self.kernel!r}")
     batch, nodes, width = h.shape
     k = neighbor_ids.shape[2]
     feat_dim = neighbor_features.shape[3]
@@ -220,10 +236,6 @@ class GCNLayer(nn.Module):
                                                          dtype=self.dtype)
     from_self = h_c @ kernel1[:width]  # [B, L, H]
     from_nb = h_c @ kernel1[width:2 * width]  # [B, L, H]
-    from_nb = gather_neighbors(from_nb, ids)  # [B, L, K, H]
-    from_edge = edges @ kernel1[2 * width:]  # [B, L, K, H]
-    pre = from_self[:, :, None, :] + from_nb + from_edge + bias1  # [B, L, K, H]
-    hidden = nn.gelu(pre, approximate=False)  # [B, L, K, H]
 
     # The second layer is linear, so it commutes with the attention-weighted sum:
     #   score_kl = w . (W2 x_kl + b2) = x_kl . (W2 w) + b2 . w
@@ -236,15 +248,14 @@ class GCNLayer(nn.Module):
                             name="attention")()
     kernel2, bias2, w_att = nn.dtypes.promote_dtype(kernel2, bias2, w_att, dtype=self.dtype)
     score_vec = kernel2 @ w_att[:, 0]  # [H]
-    scores = hidden @ score_vec + bias2 @ w_att[:, 0]  # [B, L, K]
-
-    # One-head attention over the valid neighbours (softmax in float32).
-    scores = jnp.where(neighbor_mask, scores.astype(jnp.float32), jnp.finfo(jnp.float32).min)
-    weights = jax.nn.softmax(scores, axis=-1)
-    # A node with no valid neighbour gets all-zero weights (softmax gave 1/K each).
-    weights = jnp.where(neighbor_mask, weights, 0.0).astype(self.dtype)  # [B, L, K]
-
-    pooled = jnp.einsum("blk,blkh->blh", weights, hidden)  # [B, L, H]
+    if self.kernel == "pallas":
+      pooled, weights = gcn_pallas.attention_pool(
+          from_self, from_nb, edges, ids, neighbor_mask, kernel1[2 * width:], bias1, score_vec)
+      weights = weights.astype(self.dtype)  # [B, L, K]
+    else:
+      pooled, weights = self._attention_pool(from_self, from_nb, edges, ids, neighbor_mask,
+                                             kernel1[2 * width:], bias1, score_vec,
+                                             bias2 @ w_att[:, 0])
     # Dropout on the pooled hidden vector (per node: K times fewer random bits than per edge).
     pooled = nn.Dropout(self.dropout_rate)(pooled, deterministic=deterministic)
     aggregated = pooled @ kernel2 + weights.sum(-1, keepdims=True) * bias2  # [B, L, E]
@@ -254,6 +265,22 @@ class GCNLayer(nn.Module):
                         scale_init=_partitioned(nn.initializers.ones, ("embed",)),
                         bias_init=_partitioned(nn.initializers.zeros, ("embed",)),
                         name="layer_norm")(out)
+
+  def _attention_pool(self, from_self, from_nb, edges, ids, neighbor_mask, edge_kernel, bias1,
+                      score_vec, score_bias):
+    """The per-edge part as XLA arrays: `(pooled [B, L, H], weights [B, L, K])`."""
+    from_nb = gather_neighbors(from_nb, ids)  # [B, L, K, H]
+    from_edge = edges @ edge_kernel  # [B, L, K, H]
+    pre = from_self[:, :, None, :] + from_nb + from_edge + bias1  # [B, L, K, H]
+    hidden = nn.gelu(pre, approximate=False)  # [B, L, K, H]
+    scores = hidden @ score_vec + score_bias  # [B, L, K]
+
+    # One-head attention over the valid neighbours (softmax in float32).
+    scores = jnp.where(neighbor_mask, scores.astype(jnp.float32), jnp.finfo(jnp.float32).min)
+    weights = jax.nn.softmax(scores, axis=-1)
+    # A node with no valid neighbour gets all-zero weights (softmax gave 1/K each).
+    weights = jnp.where(neighbor_mask, weights, 0.0).astype(self.dtype)  # [B, L, K]
+    return jnp.einsum("blk,blkh->blh", weights, hidden), weights  # [B, L, H], [B, L, K]
 
 
 class SuperTokenEncoder(nn.Module):
@@ -265,6 +292,7 @@ class SuperTokenEncoder(nn.Module):
     message_hidden: hidden width of the message MLPs: "width" (`E`) or "input"
       (`2E + F`, FormNet's configs; see the module docstring).
     dropout_rate: dropout of each layer (on its pooled hidden vectors).
+    kernel: "xla" or "pallas" (see `GCNLayer`).
   """
   features: int
   num_layers: int = 12
@@ -272,6 +300,7 @@ class SuperTokenEncoder(nn.Module):
   dropout_rate: float = 0.0
   layer_norm_epsilon: float = 1e-6
   initializer_range: float = 0.02
+  kernel: str = "xla"
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -311,8 +340,8 @@ class SuperTokenEncoder(nn.Module):
     for i in range(self.num_layers):
       h = GCNLayer(hidden_features=hidden, dropout_rate=self.dropout_rate,
                    layer_norm_epsilon=self.layer_norm_epsilon,
-                   initializer_range=self.initializer_range, dtype=self.dtype,
-                   param_dtype=self.param_dtype, name=f"layer_{i}")(
+                   initializer_range=self.initializer_range, kernel=self.kernel,
+                   dtype=self.dtype, param_dtype=self.param_dtype, name=f"layer_{i}")(
                        h, neighbor_ids, neighbor_features, neighbor_mask, node_mask,
                        deterministic=deterministic)
     return h

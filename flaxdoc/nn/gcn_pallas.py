@@ -1,0 +1,287 @@
+r"""FormNet's GCN message attention as fused Pallas kernels, forward and backward.
+
+`flaxdoc.nn.gcn.GCNLayer` computes, per node `l` and neighbour slot `k`, the hidden
+message `x_lk = gelu(S_l + N_{id(l,k)} + e_lk We + b1)`, its score `x_lk . v`, a softmax
+over the valid slots and the pooled vector `sum_k a_lk x_lk`. As XLA arrays that is a
+chain of `[B, L, K, H]` tensors (the gathered rows, the edge part, the pre-activation,
+GELU, its gradient, the gathered gradient's scatter-add), each a pass over memory
+forward and again backward: with FormNet-A2's `H = 2E + F = 1,547` and `K = 8`, one
+such tensor is 400 MB at 16 x 1,024 tokens in bfloat16, and the GCN was 32% of an
+H100 pre-training step (README, Accelerators). Here nothing `[B, L, K, H]` is written:
+each kernel recomputes the pre-activation of its edges from the per-node vectors
+(`flaxdoc.nn.gcn_pallas_kernels`).
+
+Forward: one kernel for the scores (per chunk of `H`, summed after), a softmax over
+`K` in XLA (`[B, L, K]`, tiny), one kernel for the pooled vectors. Backward: one kernel
+for `d a` (as the scores, with the pooled gradient in place of `v`), the softmax's
+backward in XLA, one kernel per *source* node tile (`d S`, and partial sums of `d v`
+and `d We`) and one per *target* node tile (`d N`). The last is the gather's transpose,
+a scatter-add; it runs without atomics: XLA sorts a row's edges by target once, and each
+target tile sums its in-edges with a one-hot matrix product.
+
+The edge features are treated as data: they get no gradient (the XLA path would give
+them one; nothing in flaxdoc trains them). The score's constant `b2 . w` is left out:
+a softmax does not see a constant. Kernels run on GPUs through Pallas' Triton backend,
+elsewhere (CPU tests) with `interpret=True`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import warnings
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+
+from flaxdoc.nn import gcn_pallas_kernels as kernels
+from flaxdoc.nn.gcn_pallas_kernels import Config
+
+__all__ = ["DEFAULT_TILES", "Config", "Tiles", "attention_pool"]
+
+Array = jax.Array
+F32 = jnp.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiles:
+  """Tile sizes (powers of two, >= 16 on a GPU) and Triton warps.
+
+  `block_nodes` nodes (their `block_nodes * Kp` edge rows) by `block_hidden` hidden
+  features per program; `block_edges` in-edges per step of the target-side backward.
+  A program holds several `[block_nodes * Kp, block_hidden]` float32 arrays (the
+  pre-activation, GELU, its slope, the gradients), so `block_hidden` is kept at 32:
+  with `Kp = 8` that is 32 registers per thread and array at 4 warps. Not yet tuned on
+  a GPU (`python -m flaxdoc.bench.gcn_kernel --sweep` does that).
+  """
+  block_nodes: int = 16
+  block_hidden: int = 32
+  block_edges: int = 64
+  warps: int = 4
+
+
+DEFAULT_TILES = Tiles()
+
+
+# --------------------------------------------------------------------------- layout
+def _prepare(cfg, s, n, edges, ids, mask, we, b1, v):
+  """Pads to the kernels' layout: nodes to whole tiles, slots to `Kp`, `H` to whole
+  chunks, `F` to `Fp`; edge arrays flattened to rows `node * Kp + slot`."""
+  batch = s.shape[0]
+  lp, kp, fp, hp = cfg.padded_nodes, cfg.padded_slots, cfg.padded_features, cfg.padded_hidden
+  dl, dk, df, dh = lp - cfg.nodes, kp - cfg.slots, fp - cfg.features, hp - cfg.hidden
+  mask = jnp.pad(mask, [(0, 0), (0, dl), (0, dk)])
+  ids = jnp.clip(jnp.pad(ids, [(0, 0), (0, dl), (0, dk)]), 0, cfg.nodes - 1)
+  tgt = jnp.where(mask, ids, 0)  # every id in range: the kernels gather with it
+  e = jnp.where(mask[..., None], jnp.pad(edges, [(0, 0), (0, dl), (0, dk), (0, df)]), 0)
+  dtype = jnp.bfloat16 if cfg.bf16 else F32
+  return dict(
+      s=jnp.pad(s, [(0, 0), (0, dl), (0, dh)]), n=jnp.pad(n, [(0, 0), (0, dl), (0, dh)]),
+      mask=mask.reshape(batch, cfg.rows), tgt=tgt.reshape(batch, cfg.rows).astype(jnp.int32),
+      e=e.reshape(batch, cfg.rows, fp).astype(dtype),
+      we=jnp.pad(we, [(0, df), (0, dh)]), b1=jnp.pad(b1, [(0, dh)]), v=jnp.pad(v, [(0, dh)]))
+
+
+def _specs(cfg):
+  bl, bh, br, fp = cfg.block_nodes, cfg.block_hidden, cfg.block_rows, cfg.padded_features
+  lp, rows = cfg.padded_nodes, cfg.rows
+  return dict(
+      node_tile=pl.BlockSpec((None, bl, bh), lambda b, i, c: (b, i, c)),
+      all_nodes=pl.BlockSpec((None, lp, bh), lambda b, i, c: (b, 0, c)),
+      edge_tile=pl.BlockSpec((None, br), lambda b, i, c: (b, i)),
+      all_edges=pl.BlockSpec((None, rows), lambda b, i, c: (b, 0)),
+      edge_feature_tile=pl.BlockSpec((None, br, fp), lambda b, i, c: (b, i, 0)),
+      all_edge_features=pl.BlockSpec((None, rows, fp), lambda b, i, c: (b, 0, 0)),
+      we=pl.BlockSpec((fp, bh), lambda b, i, c: (0, c)),
+      chunk=pl.BlockSpec((bh,), lambda b, i, c: (c,)),
+  )
+
+
+def _call(cfg, batch, kernel, in_specs, out_specs, out_shape, name):
+  """One `pallas_call` over the grid (batch, node tiles, hidden chunks)."""
+  kwargs = {}
+  if not cfg.interpret:
+    from jax.experimental.pallas import triton as plgpu  # pylint: disable=import-outside-toplevel
+    kwargs["compiler_params"] = plgpu.CompilerParams(num_warps=cfg.warps, num_stages=2)
+  return pl.pallas_call(kernel, grid=(batch, cfg.node_tiles, cfg.hidden_chunks),
+                        in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
+                        interpret=cfg.interpret, name=name, **kwargs)
+
+
+def _edge_dot(cfg, x, u, per_node_u):
+  """`sum_h x[e, h] u[h]` for every edge row: `[B, rows]` (float32)."""
+  batch, sp = x["s"].shape[0], _specs(cfg)
+  out = _call(cfg, batch, functools.partial(kernels.edge_dot_kernel, cfg, per_node_u),
+              [sp["node_tile"], sp["all_nodes"], sp["edge_tile"], sp["edge_feature_tile"],
+               sp["we"], sp["chunk"], sp["node_tile"] if per_node_u else sp["chunk"]],
+              pl.BlockSpec((None, None, cfg.block_rows), lambda b, i, c: (b, c, i)),
+              jax.ShapeDtypeStruct((batch, cfg.hidden_chunks, cfg.rows), F32),
+              "gcn_edge_dot")(x["s"], x["n"], x["tgt"], x["e"], x["we"], x["b1"], u)
+  return out.sum(axis=1)
+
+
+def _softmax(cfg, scores, mask):
+  """Softmax over each node's valid slots; zeros for a node without one. `[B, rows]`."""
+  batch, kp = scores.shape[0], cfg.padded_slots
+  scores = scores.reshape(batch, -1, kp)
+  mask = mask.reshape(batch, -1, kp)
+  weights = jax.nn.softmax(jnp.where(mask, scores, jnp.finfo(F32).min), axis=-1)
+  return jnp.where(mask, weights, 0.0).reshape(batch, cfg.rows)
+
+
+def _pool(cfg, x, a, out_dtype):
+  batch, sp = x["s"].shape[0], _specs(cfg)
+  return _call(cfg, batch, functools.partial(kernels.pool_kernel, cfg),
+               [sp["node_tile"], sp["all_nodes"], sp["edge_tile"], sp["edge_feature_tile"],
+                sp["we"], sp["chunk"], sp["edge_tile"]],
+               sp["node_tile"],
+               jax.ShapeDtypeStruct((batch, cfg.padded_nodes, cfg.padded_hidden), out_dtype),
+               "gcn_pool")(x["s"], x["n"], x["tgt"], x["e"], x["we"], x["b1"], a)
+
+
+def _source_grads(cfg, x, a, ds, dp):
+  batch, sp = x["s"].shape[0], _specs(cfg)
+  nt, fp, hp, bh = cfg.node_tiles, cfg.padded_features, cfg.padded_hidden, cfg.block_hidden
+  return _call(cfg, batch, functools.partial(kernels.source_grad_kernel, cfg),
+               [sp["node_tile"], sp["all_nodes"], sp["edge_tile"], sp["edge_feature_tile"],
+                sp["we"], sp["chunk"], sp["chunk"], sp["edge_tile"], sp["edge_tile"],
+                sp["node_tile"]],
+               [sp["node_tile"], pl.BlockSpec((None, None, bh), lambda b, i, c: (b, i, c)),
+                pl.BlockSpec((None, None, fp, bh), lambda b, i, c: (b, i, 0, c))],
+               [jax.ShapeDtypeStruct((batch, cfg.padded_nodes, hp), F32),
+                jax.ShapeDtypeStruct((batch, nt, hp), F32),
+                jax.ShapeDtypeStruct((batch, nt, fp, hp), F32)],
+               "gcn_backward_source")(x["s"], x["n"], x["tgt"], x["e"], x["we"],
+                                      x["b1"], x["v"], a, ds, dp)
+
+
+def _target_grads(cfg, x, a, ds, dp):
+  """`d N` by target tile, from the row's edges sorted by target (see the kernel)."""
+  batch, sp = x["s"].shape[0], _specs(cfg)
+  lp, bl, be = cfg.padded_nodes, cfg.block_nodes, cfg.block_edges
+  key = jnp.where(x["mask"], x["tgt"], lp)  # masked edges sort last, into no tile
+  order = jnp.argsort(key, axis=-1, stable=True).astype(jnp.int32)  # [B, rows]
+  sorted_key = jnp.take_along_axis(key, order, axis=-1)
+  bounds = jax.vmap(lambda k: jnp.searchsorted(k, jnp.arange(0, lp + 1, bl), side="left"))(
+      sorted_key).astype(jnp.int32)  # [B, tiles + 1]
+  order = jnp.pad(order, [(0, 0), (0, be)])  # a step may read up to BE past the end
+  return _call(cfg, batch, functools.partial(kernels.target_grad_kernel, cfg),
+               [pl.BlockSpec((None, cfg.node_tiles + 1), lambda b, i, c: (b, 0)),
+                pl.BlockSpec((None, cfg.rows + be), lambda b, i, c: (b, 0)),
+                sp["all_nodes"], sp["all_nodes"], sp["all_edges"], sp["all_edge_features"],
+                sp["we"], sp["chunk"], sp["chunk"], sp["all_edges"], sp["all_edges"],
+                sp["all_nodes"]],
+               sp["node_tile"],
+               jax.ShapeDtypeStruct((batch, lp, cfg.padded_hidden), F32),
+               "gcn_backward_target")(bounds, order, x["s"], x["n"], x["tgt"], x["e"],
+                                      x["we"], x["b1"], x["v"], a, ds, dp)
+
+
+# --------------------------------------------------------------------------- custom VJP
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _attention_pool(cfg, s, n, edges, ids, mask, we, b1, v):
+  return _attention_pool_fwd(cfg, s, n, edges, ids, mask, we, b1, v)[0]
+
+
+def _attention_pool_fwd(cfg, s, n, edges, ids, mask, we, b1, v):
+  x = _prepare(cfg, s, n, edges, ids, mask, we, b1, v)
+  a = _softmax(cfg, _edge_dot(cfg, x, x["v"], per_node_u=False), x["mask"])
+  pooled = _pool(cfg, x, a, s.dtype)
+  batch = s.shape[0]
+  weights = a.reshape(batch, cfg.padded_nodes, cfg.padded_slots)[:, :cfg.nodes, :cfg.slots]
+  return (pooled[:, :cfg.nodes, :cfg.hidden], weights), (s, n, edges, ids, mask, we, b1, v, a)
+
+
+def _attention_pool_bwd(cfg, res, grads):
+  s, n, edges, ids, mask, we, b1, v, a = res
+  d_pooled, d_weights = grads
+  x = _prepare(cfg, s, n, edges, ids, mask, we, b1, v)
+  batch, lp, kp = s.shape[0], cfg.padded_nodes, cfg.padded_slots
+  dp = jnp.pad(d_pooled.astype(F32), [(0, 0), (0, lp - cfg.nodes), (0, cfg.padded_hidden
+                                                                     - cfg.hidden)])
+  d_a = _edge_dot(cfg, x, dp, per_node_u=True) + jnp.pad(
+      d_weights.astype(F32), [(0, 0), (0, lp - cfg.nodes), (0, kp - cfg.slots)]).reshape(
+          batch, cfg.rows)
+  # Softmax backward per node: ds = a (da - sum_k a da); zero where a is (masked slots).
+  a3, d_a3 = a.reshape(batch, lp, kp), d_a.reshape(batch, lp, kp)
+  ds = (a3 * (d_a3 - jnp.sum(a3 * d_a3, axis=-1, keepdims=True))).reshape(batch, cfg.rows)
+  d_s, d_v, d_we = _source_grads(cfg, x, a, ds, dp)
+  d_n = _target_grads(cfg, x, a, ds, dp)
+  nodes, hidden, feats = cfg.nodes, cfg.hidden, cfg.features
+  return (d_s[:, :nodes, :hidden].astype(s.dtype), d_n[:, :nodes, :hidden].astype(n.dtype),
+          None, None, None,
+          d_we.sum(axis=(0, 1))[:feats, :hidden].astype(we.dtype),
+          d_s.sum(axis=(0, 1))[:hidden].astype(b1.dtype),
+          d_v.sum(axis=(0, 1))[:hidden].astype(v.dtype))
+
+
+_attention_pool.defvjp(_attention_pool_fwd, _attention_pool_bwd)
+
+
+def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
+                   neighbor_ids: Array, neighbor_mask: Array, edge_kernel: Array,
+                   bias: Array, score_vector: Array, *, tiles: Tiles | None = None,
+                   interpret: bool | None = None) -> tuple[Array, Array]:
+  """FormNet's GCN message attention, fused: `(pooled [B, L, H], weights [B, L, K])`.
+
+      x_lk    = gelu(from_self[l] + from_neighbor[ids[l, k]] + edge_features[l, k] @ edge_kernel
+                     + bias)
+      weights = softmax over the valid k of x_lk . score_vector   (all zero with none valid)
+      pooled  = sum_k weights[l, k] x_lk
+
+  Args:
+    from_self, from_neighbor: `[B, L, H]` the first message layer's node parts (the
+      neighbour part not yet gathered), bfloat16 or float32.
+    edge_features: `[B, L, K, F]`; data: no gradient flows to them.
+    neighbor_ids: int `[B, L, K]` (any value where `neighbor_mask` is False; else in `[0, L)`).
+    neighbor_mask: bool `[B, L, K]`.
+    edge_kernel: `[F, H]`; bias, score_vector: `[H]`.
+    tiles: `Tiles` (default `DEFAULT_TILES`).
+    interpret: run the Pallas interpreter (default: when the backend is not a GPU).
+
+  Returns:
+    `pooled` in `from_self`'s dtype and `weights` in float32.
+  """
+  batch, nodes, hidden = from_self.shape
+  if from_neighbor.shape != from_self.shape:
+    raise ValueError(f"attention_pool: from_neighbor has shape {tuple(from_neighbor.shape)}, "
+                     f"expected {tuple(from_self.shape)}")
+  if neighbor_ids.ndim != 3 or tuple(neighbor_ids.shape[:2]) != (batch, nodes):
+    raise ValueError(f"attention_pool: neighbor_ids has shape {tuple(neighbor_ids.shape)}, "
+                     f"expected [{batch}, {nodes}, K]")
+  slots = neighbor_ids.shape[2]
+  if tuple(neighbor_mask.shape) != (batch, nodes, slots):
+    raise ValueError(f"attention_pool: neighbor_mask has shape {tuple(neighbor_mask.shape)}, "
+                     f"expected {(batch, nodes, slots)}")
+  if edge_features.ndim != 4 or tuple(edge_features.shape[:3]) != (batch, nodes, slots):
+    raise ValueError(f"attention_pool: edge_features has shape "
+                     f"{tuple(edge_features.shape)}, expected [{batch}, {nodes}, {slots}, F]")
+  features = edge_features.shape[3]
+  if tuple(edge_kernel.shape) != (features, hidden):
+    raise ValueError(f"attention_pool: edge_kernel has shape {tuple(edge_kernel.shape)}, "
+                     f"expected {(features, hidden)}")
+  for name, vec in (("bias", bias), ("score_vector", score_vector)):
+    if tuple(vec.shape) != (hidden,):
+      raise ValueError(f"attention_pool: {name} has shape {tuple(vec.shape)}, "
+                       f"expected {(hidden,)}")
+  t = tiles or DEFAULT_TILES
+  for name, value in dataclasses.asdict(t).items():
+    if name != "warps" and (value < 1 or value & (value - 1)):
+      raise ValueError(f"attention_pool: tiles.{name} must be a power of two, got {value}")
+  if interpret is None:
+    interpret = jax.default_backend() != "gpu"
+    if interpret:
+      warnings.warn(f"flaxdoc.nn.gcn_pallas: no GPU (backend {jax.default_backend()!r}), so the "
+                    "fused GCN kernels run in Pallas' interpreter, which is slow; use "
+                    "gcn_kernel='xla' here", stacklevel=2)
+  bf16 = from_self.dtype == jnp.bfloat16
+  cfg = Config(nodes=nodes, slots=slots, features=features, hidden=hidden,
+               block_nodes=t.block_nodes, block_hidden=t.block_hidden,
+               block_edges=t.block_edges, warps=t.warps, interpret=bool(interpret), bf16=bf16)
+  dtype = from_self.dtype
+  return _attention_pool(cfg, from_self, from_neighbor.astype(dtype),
+                         jax.lax.stop_gradient(jnp.asarray(edge_features, F32)),
+                         jnp.asarray(neighbor_ids, jnp.int32), jnp.asarray(neighbor_mask, bool),
+                         jnp.asarray(edge_kernel, F32), jnp.asarray(bias, F32),
+                         jnp.asarray(score_vector, F32))
