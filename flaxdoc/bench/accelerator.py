@@ -4,7 +4,7 @@ r"""Accelerator figures: FormNet-A2 pre-training step, ETC vs dense attention, c
         [--lengths 1024 4096] [--batches 8 16] [--attention_lengths 2048 8192 16384]
         [--dtype bfloat16] [--peak_tflops 989] [--local] [--profile DIR]
         [--ablation full etc_rich etc] [--gcn_backward scatter_f32 scatter]
-        [--mlm_positions capped all] [--etc_kernel xla pallas]
+        [--mlm_positions capped all] [--etc_kernel xla pallas] [--gcn_kernel xla pallas]
 
 Three tables, each row in its own subprocess (so the device's `peak_bytes_in_use`
 belongs to that row alone):
@@ -56,8 +56,8 @@ from flaxdoc.bench.attention import Size, forward_gflop
 H100_BF16_TFLOPS = 989.0  # H100 SXM5 dense bf16 peak (NVIDIA datasheet; sparsity doubles it)
 MULTILINGUAL_VOCAB = 119_547
 MLM_RATE = 0.15
-COLUMNS_PRETRAIN = ("ablation", "etc_kernel", "gcn_backward", "mlm_positions", "length", "batch",
-                    "dtype", "param_dtype", "prng", "dropout", "step_ms", "tokens_per_s",
+COLUMNS_PRETRAIN = ("ablation", "etc_kernel", "gcn_kernel", "gcn_backward", "mlm_positions",
+                    "length", "batch", "dtype", "param_dtype", "prng", "dropout", "step_ms", "tokens_per_s",
                     "model_tflop", "xla_tflop", "tflops", "mfu", "peak_gb", "compile_s", "note")
 COLUMNS_ATTENTION = ("impl", "tokens", "dtype", "time_ms", "tokens_per_s", "gflop", "tflops",
                      "peak_gb")
@@ -133,11 +133,12 @@ def _cost_flops(compiled) -> float | None:
 
 # --------------------------------------------------------------------------- rows
 def formnet_model(s: Sizes, length: int, dtype: str, param_dtype: str, local: bool,
-                  ablation: str = "full", etc_kernel: str = "xla"):
+                  ablation: str = "full", etc_kernel: str = "xla", gcn_kernel: str = "xla"):
   from flaxdoc.models import document_encoder as de  # pylint: disable=import-outside-toplevel
   from flaxdoc.models import formnet  # pylint: disable=import-outside-toplevel
   config = formnet.model_config(f"A2/{ablation}", local=local)
   config.etc_kernel = etc_kernel
+  config.gcn_kernel = gcn_kernel
   model = formnet.build(config, vocab_size=s.vocab, num_tags=1, max_len=length, pretraining=True,
                         dtype=dtype)
   if param_dtype != "float32":
@@ -174,7 +175,7 @@ def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes
                  peak_tflops: float, iters: int, ablation: str = "full", prng: str = "threefry",
                  dropout: bool = True, profile: str | None = None,
                  gcn_backward: str = "scatter_f32", mlm_positions: str = "capped",
-                 etc_kernel: str = "xla") -> dict:
+                 etc_kernel: str = "xla", gcn_kernel: str = "xla") -> dict:
   import jax  # pylint: disable=import-outside-toplevel
   from flaxdoc.nn import gcn  # pylint: disable=import-outside-toplevel
   gcn.NEIGHBOR_GRADIENT = gcn_backward
@@ -185,7 +186,8 @@ def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes
   import optax  # pylint: disable=import-outside-toplevel
   from flaxdoc import models  # pylint: disable=import-outside-toplevel
   from flaxdoc.train import objectives  # pylint: disable=import-outside-toplevel
-  model = formnet_model(s, length, dtype, param_dtype, local, ablation, etc_kernel)
+  model = formnet_model(s, length, dtype, param_dtype, local, ablation, etc_kernel,
+                        gcn_kernel)
   if ablation != "full":
     s = dataclasses.replace(s, gcn_layers=0)
   # "all": the MLM head scores every position; "capped": only the targets, at most
@@ -220,7 +222,7 @@ def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes
   state = {"p": params, "o": opt_state, "i": 0}
   row = dict(part="pretrain", length=length, batch=batch, dtype=dtype, param_dtype=param_dtype,
              compile_s=compile_s, xla_tflop=None if xla is None else xla / 1e12,
-             ablation=ablation, etc_kernel=etc_kernel, prng=prng, dropout=dropout,
+             ablation=ablation, etc_kernel=etc_kernel, gcn_kernel=gcn_kernel, prng=prng, dropout=dropout,
              gcn_backward=gcn_backward,
              mlm_positions=mlm_positions if head_positions is None else head_positions,
              note=os.environ.get("XLA_FLAGS") or None, device=str(jax.devices()[0].device_kind),
@@ -246,6 +248,7 @@ def _time_pretrain(compiled, state, data, length, batch, s, peak_tflops, iters, 
   if profile:  # three more steps under the profiler, summed by kernel (after the timing)
     from flaxdoc.bench import profile_summary  # pylint: disable=import-outside-toplevel
     folder = os.path.join(profile, f"pretrain_{row['ablation']}_{row['etc_kernel']}_"
+                                   f"gcn{row['gcn_kernel']}_"
                                    f"{row['gcn_backward']}_"
                                    f"mlm{row['mlm_positions']}_{length}x{batch}_{row['dtype']}")
     with jax.profiler.trace(folder, create_perfetto_trace=True):
@@ -378,7 +381,8 @@ def run_one(spec: dict) -> list[dict]:
                          spec.get("ablation", "full"), spec.get("prng", "threefry"),
                          spec.get("dropout", True), spec.get("profile"),
                          spec.get("gcn_backward", "scatter_f32"),
-                         spec.get("mlm_positions", "capped"), spec.get("etc_kernel", "xla"))]
+                         spec.get("mlm_positions", "capped"), spec.get("etc_kernel", "xla"),
+                         spec.get("gcn_kernel", "xla"))]
   if part == "attention":
     return [run_attention(spec["impl"], spec["length"], spec["dtype"], s)]
   if part == "sdpa":
@@ -397,12 +401,17 @@ def plan(a) -> list[dict]:
           continue
         for ablation, etc_kernel in [(ab, ek) for ab in a.ablation for ek in a.etc_kernel
                                      if not (ab == "etc" and ek == "pallas")]:
-          for gcn_backward in (a.gcn_backward if ablation == "full" else a.gcn_backward[:1]):
+          # The other ablations have no GCN; --gcn_backward is the XLA path's only.
+          gcn_rows = [("xla", a.gcn_backward[0])]
+          if ablation == "full":
+            gcn_rows = [(gk, gb) for gk in a.gcn_kernel
+                        for gb in (a.gcn_backward if gk == "xla" else a.gcn_backward[:1])]
+          for gcn_kernel, gcn_backward in gcn_rows:
             for mlm_positions in a.mlm_positions:
               specs.append(dict(part="pretrain", length=length, batch=batch,
                                 param_dtype=a.param_dtype, peak_tflops=a.peak_tflops,
                                 iters=a.iters, ablation=ablation, etc_kernel=etc_kernel,
-                                prng=a.prng,
+                                gcn_kernel=gcn_kernel, prng=a.prng,
                                 dropout=not a.no_dropout, profile=a.profile,
                                 gcn_backward=gcn_backward, mlm_positions=mlm_positions,
                                 **common_))
@@ -478,6 +487,10 @@ def main(argv=None) -> int:
                  help="ETC's long queries as XLA arrays or in the fused Pallas kernel "
                       "(flaxdoc.nn.etc_pallas; not with --ablation etc, whose relative ids it "
                       "lacks); one row each")
+  p.add_argument("--gcn_kernel", nargs="+", default=["xla"], choices=["xla", "pallas"],
+                 help="the GCN's per-edge part as XLA arrays or in the fused Pallas kernels "
+                      "(flaxdoc.nn.gcn_pallas; only with --ablation full; --gcn_backward "
+                      "does not apply to them); one row each")
   p.add_argument("--timeout", type=float, default=600)
   p.add_argument("--local", action="store_true", help="shrunk model, for CPU smoke tests")
   p.add_argument("--prng", default="threefry", choices=["threefry", "rbg", "unsafe_rbg"],

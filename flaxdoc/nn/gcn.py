@@ -178,12 +178,14 @@ class GCNLayer(nn.Module):
       `flaxdoc.nn.gcn_pallas` (GPU; the Pallas interpreter elsewhere, slow). The edge
       features get no gradient there (they are data), and the score's constant
       `b2 . w`, which a softmax does not see, is left out.
+    pallas_tiles: the kernels' `gcn_pallas.Tiles` (None: their defaults).
   """
   hidden_features: int | None = None
   dropout_rate: float = 0.0
   layer_norm_epsilon: float = 1e-6
   initializer_range: float = 0.02
   kernel: str = "xla"
+  pallas_tiles: gcn_pallas.Tiles | None = None
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -250,7 +252,8 @@ class GCNLayer(nn.Module):
     score_vec = kernel2 @ w_att[:, 0]  # [H]
     if self.kernel == "pallas":
       pooled, weights = gcn_pallas.attention_pool(
-          from_self, from_nb, edges, ids, neighbor_mask, kernel1[2 * width:], bias1, score_vec)
+          from_self, from_nb, edges, ids, neighbor_mask, kernel1[2 * width:], bias1, score_vec,
+          tiles=self.pallas_tiles)
       weights = weights.astype(self.dtype)  # [B, L, K]
     else:
       pooled, weights = self._attention_pool(from_self, from_nb, edges, ids, neighbor_mask,

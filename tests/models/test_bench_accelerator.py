@@ -52,7 +52,7 @@ def test_plan_skips_steps_over_the_token_budget():
                          local=True, dtype="bfloat16", param_dtype="float32", peak_tflops=989.0,
                          iters=2, ablation=["full"], prng="threefry", no_dropout=False,
                          profile=None, gcn_backward=["scatter_f32"],
-                         mlm_positions=["capped"], etc_kernel=["xla"]))()
+                         mlm_positions=["capped"], etc_kernel=["xla"], gcn_kernel=["xla"]))()
   specs = acc.plan(a)
   steps = [(s["length"], s["batch"]) for s in specs if s["part"] == "pretrain"]
   assert steps == [(1024, 8), (1024, 32), (4096, 8)]
@@ -62,7 +62,15 @@ def test_plan_skips_steps_over_the_token_budget():
   a.lengths, a.batches, a.ablation, a.etc_kernel = [1024], [8], ["full", "etc"], ["xla", "pallas"]
   rows = [(s["ablation"], s["etc_kernel"]) for s in acc.plan(a) if s["part"] == "pretrain"]
   assert rows == [("full", "xla"), ("full", "pallas"), ("etc", "xla")]
-  a.parts = ["attention"]
+  # One row per GCN kernel, only where there is a GCN; the scatter's precision is the
+  # XLA path's alone.
+  a.etc_kernel, a.gcn_kernel, a.gcn_backward = ["xla"], ["xla", "pallas"], ["scatter_f32",
+                                                                           "scatter"]
+  rows = [(s["ablation"], s["gcn_kernel"], s["gcn_backward"])
+          for s in acc.plan(a) if s["part"] == "pretrain"]
+  assert rows == [("full", "xla", "scatter_f32"), ("full", "xla", "scatter"),
+                  ("full", "pallas", "scatter_f32"), ("etc", "xla", "scatter_f32")]
+  a.parts, a.etc_kernel = ["attention"], ["xla", "pallas"]
   assert [s["impl"] for s in acc.plan(a)] == ["etc_rich", "etc_rich_pallas", "dense"]
 
 

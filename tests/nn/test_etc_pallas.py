@@ -296,3 +296,24 @@ def test_encoder_spec_names_the_field(fields, message):
     EncoderSpec(**fields).validate()
   EncoderSpec(attention="etc", num_globals=1, rich_attention=True,
               etc_kernel="pallas").validate()
+
+
+def test_lowers_to_triton_for_a_gpu():
+  """Forward and backward lowered for CUDA on this CPU (no GPU needed): a construct that
+  Pallas' Triton backend lacks fails here, not on the first GPU. Three Triton kernels,
+  bfloat16, Rich Attention, dropout and FormNet-A2's radius."""
+  b, n, h, d, a = 1, 200, 2, 64, 2
+  x = jnp.zeros((b, n, h, d), jnp.bfloat16)
+  g = jnp.zeros((b, 1, h, d), jnp.bfloat16)
+  scalars = jnp.zeros((b, h, n, a))
+
+  def step(q, k, v, oq):
+    out = ep.long_query_attention(
+        q, k, v, g, g, jnp.ones((b, n), bool), jnp.ones((b, 1), bool), local_radius=84,
+        rich=(oq, scalars, scalars, scalars, jnp.ones((h, a)), jnp.zeros((b, n, a))),
+        dropout_rate=0.1, dropout_seed=jnp.zeros((1,), jnp.int32), interpret=False)
+    return out.astype(jnp.float32).sum()
+
+  lowered = jax.jit(jax.grad(step, argnums=(0, 1, 2, 3))).trace(x, x, x, scalars).lower(
+      lowering_platforms=("cuda",))
+  assert lowered.as_text().count("xla.gpu.triton") == 3

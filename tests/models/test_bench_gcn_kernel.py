@@ -1,0 +1,33 @@
+"""`flaxdoc.bench.gcn_kernel` on CPU: the XLA row, a fused row, and their errors (interpreted)."""
+
+import dataclasses
+
+import pytest
+
+from flaxdoc.bench import gcn_kernel
+from flaxdoc.nn import gcn_pallas
+
+
+def test_tiles_parse_and_the_sweep_is_valid():
+  assert gcn_kernel.parse_tiles("16,32,64,4") == gcn_pallas.DEFAULT_TILES
+  assert len({gcn_kernel.parse_tiles(t) for t in gcn_kernel.SWEEP}) == len(gcn_kernel.SWEEP)
+  assert gcn_pallas.DEFAULT_TILES not in {gcn_kernel.parse_tiles(t) for t in gcn_kernel.SWEEP}
+  with pytest.raises(ValueError, match="four integers"):
+    gcn_kernel.parse_tiles("16,32")
+
+
+@pytest.mark.parametrize("graph", ["local", "random"])
+def test_rows_report_times_and_errors_against_float32(graph):
+  p = dataclasses.replace(gcn_kernel.LOCAL, graph=graph)
+  rows = list(gcn_kernel.run(p, "float32", [gcn_pallas.Tiles(8, 16, 16, 4)], iters=1))
+  assert [r["impl"] for r in rows] == ["xla", "pallas"]
+  xla, fused = rows
+  assert xla["fwd_ms"] > 0 and fused["fwd_bwd_ms"] > 0
+  assert xla["xla_out_err"] == 0 and xla["xla_grad_err"] == 0  # float32 against itself
+  assert fused["out_err"] < 1e-5 and fused["grad_err"] < 1e-5
+  assert fused["speedup_fwd"] == pytest.approx(xla["fwd_ms"] / fused["fwd_ms"])
+
+
+def test_unknown_graph_is_an_error():
+  with pytest.raises(ValueError, match="graph must be"):
+    gcn_kernel.make(dataclasses.replace(gcn_kernel.LOCAL, graph="grid"), "float32")
