@@ -57,8 +57,9 @@ H100_BF16_TFLOPS = 989.0  # H100 SXM5 dense bf16 peak (NVIDIA datasheet; sparsit
 MULTILINGUAL_VOCAB = 119_547
 MLM_RATE = 0.15
 COLUMNS_PRETRAIN = ("ablation", "etc_kernel", "gcn_kernel", "gcn_backward", "mlm_positions",
-                    "length", "batch", "dtype", "param_dtype", "prng", "dropout", "step_ms", "tokens_per_s",
-                    "model_tflop", "xla_tflop", "tflops", "mfu", "peak_gb", "compile_s", "note")
+                    "length", "batch", "dtype", "param_dtype", "prng", "dropout", "step_ms",
+                    "tokens_per_s", "model_tflop", "xla_tflop", "tflops", "mfu", "peak_gb",
+                    "compile_s", "note")
 COLUMNS_ATTENTION = ("impl", "tokens", "dtype", "time_ms", "tokens_per_s", "gflop", "tflops",
                      "peak_gb")
 COLUMNS_SDPA = ("impl", "tokens", "bias", "pass", "time_ms", "tflops", "max_err")
@@ -222,8 +223,8 @@ def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes
   state = {"p": params, "o": opt_state, "i": 0}
   row = dict(part="pretrain", length=length, batch=batch, dtype=dtype, param_dtype=param_dtype,
              compile_s=compile_s, xla_tflop=None if xla is None else xla / 1e12,
-             ablation=ablation, etc_kernel=etc_kernel, gcn_kernel=gcn_kernel, prng=prng, dropout=dropout,
-             gcn_backward=gcn_backward,
+             ablation=ablation, etc_kernel=etc_kernel, gcn_kernel=gcn_kernel, prng=prng,
+             dropout=dropout, gcn_backward=gcn_backward,
              mlm_positions=mlm_positions if head_positions is None else head_positions,
              note=os.environ.get("XLA_FLAGS") or None, device=str(jax.devices()[0].device_kind),
              params=models.count_tree(params))

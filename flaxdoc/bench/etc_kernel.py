@@ -111,7 +111,8 @@ def run(p: Problem, dtype: str, tiles: list, iters: int, check: bool = True):
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   kernel_rows.add_arguments(ap, Problem.batch, Problem.length,
-                            "block_q,block_k,warps,backward_block_q,backward_block_k,backward_warps", SWEEP)
+                            "block_q,block_k,warps,backward_block_q,backward_block_k,"
+                            "backward_warps", SWEEP)
   a = ap.parse_args(argv)
   from flaxdoc.nn import etc_pallas  # pylint: disable=import-outside-toplevel
   p = LOCAL if a.local else Problem(batch=a.batch, length=a.length)

@@ -232,9 +232,11 @@ def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
 
   Args:
     from_self, from_neighbor: `[B, L, H]` the first message layer's node parts (the
-      neighbour part not yet gathered), bfloat16 or float32.
+      neighbour part not yet gathered), bfloat16 or float32; `from_neighbor` is cast to
+      `from_self`'s dtype.
     edge_features: `[B, L, K, F]`; data: no gradient flows to them.
-    neighbor_ids: int `[B, L, K]` (any value where `neighbor_mask` is False; else in `[0, L)`).
+    neighbor_ids: int `[B, L, K]`: any value where `neighbor_mask` is False; valid ids
+      outside `[0, L)` are clamped into it, as XLA's gather clamps them.
     neighbor_mask: bool `[B, L, K]`.
     edge_kernel: `[F, H]`; bias, score_vector: `[H]`.
     tiles: `Tiles` (default `DEFAULT_TILES`).
@@ -275,6 +277,13 @@ def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
       warnings.warn(f"flaxdoc.nn.gcn_pallas: no GPU (backend {jax.default_backend()!r}), so the "
                     "fused GCN kernels run in Pallas' interpreter, which is slow; use "
                     "gcn_kernel='xla' here", stacklevel=2)
+  if not interpret:
+    for name in ("block_nodes", "block_hidden", "block_edges"):
+      if getattr(t, name) < 16:  # Triton's dots want >= 16 on every side
+        raise ValueError(f"attention_pool: on a GPU tiles.{name} must be >= 16, "
+                         f"got {getattr(t, name)}")
+    if t.warps < 1 or t.warps & (t.warps - 1):
+      raise ValueError(f"attention_pool: tiles.warps must be a power of two, got {t.warps}")
   bf16 = from_self.dtype == jnp.bfloat16
   cfg = Config(nodes=nodes, slots=slots, features=features, hidden=hidden,
                block_nodes=t.block_nodes, block_hidden=t.block_hidden,
