@@ -24,7 +24,7 @@ radius are exactly this window, because the block length is `r + 1`), plus the g
 keys of the query's document without a Rich term; one softmax; dropout on the weights;
 the weighted values. `+` when `c_ia < c_ja`. Masked rows give zeros.
 
-Dropout draws its keep mask from a counter hash of `(seed, batch, head, query, key)`
+Dropout draws its keep mask from a counter hash of `(seed, batch row, head, query, key)`
 (murmur3's finaliser), so the backward kernels regenerate it instead of storing it.
 It is a different random stream from the XLA path's `jax.random.bernoulli`: both are
 inverted dropout at the same rate (`dropout_keep` is the same hash in `jnp`).
@@ -46,6 +46,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from flaxdoc.nn import batch_parallel
 from flaxdoc.nn import etc_pallas_kernels as kernels
 # Re-exported: the tests build references with the same dropout hash.
 from flaxdoc.nn.etc_pallas_kernels import GLOBAL_KEY_ID, Config, dropout_keep
@@ -95,7 +96,7 @@ def _specs(cfg, head_dim, tiled_q: bool):
   q_doc = (lambda b, h, i: (b, i)) if tiled_q else (lambda b, h, i: (b, 0))
   lk, g = cfg.padded_k, cfg.padded_g
   return dict(
-      seed=pl.BlockSpec((1,), lambda b, h, i: (0,)),
+      seed=pl.BlockSpec((2,), lambda b, h, i: (0,)),  # (seed, global index of row 0)
       q=pl.BlockSpec((None, q_rows, None, head_dim), q_at),
       k=pl.BlockSpec((None, lk, None, head_dim), lambda b, h, i: (b, 0, h, 0)),
       g=pl.BlockSpec((None, g, None, head_dim), lambda b, h, i: (b, 0, h, 0)),
@@ -331,5 +332,13 @@ def long_query_attention(q_long: Array, k_long: Array, v_long: Array, k_global: 
                num_axes=int(oq.shape[-1]), dropout_rate=rate, block_q=t.block_q,
                block_k=t.block_k, warps=t.warps, interpret=bool(interpret),
                backward_tiles=(t.backward_block_q, t.backward_block_k, t.backward_warps))
-  return _attend(cfg, seed, q_long, k_long, v_long, k_global, v_global.astype(v_long.dtype),
-                 oq, ok, dq, dk, theta, jnp.asarray(coords, F32), long_doc, global_doc)
+  args = (seed, q_long, k_long, v_long, k_global, v_global.astype(v_long.dtype), oq, ok, dq, dk,
+          theta, jnp.asarray(coords, F32), long_doc, global_doc)
+
+  def attend(first_row, seed, *rest):
+    # The dropout hash takes the global row, so its draws do not depend on the split.
+    return _attend(cfg, jnp.stack([seed[0], first_row]), *rest)
+
+  # Per example: each device runs its own rows when the mesh splits the batch.
+  return batch_parallel.over_batch(attend, args, (False,) + (True,) * 9 + (False,)
+                                   + (True,) * 3)

@@ -135,7 +135,7 @@ def forward_kernel(cfg, seed_ref, q_ref, k_ref, v_ref, kg_ref, vg_ref, qdoc_ref,
   q = q_ref[...]  # [BQ, D]
   qdoc = qdoc_ref[...]  # [BQ]
   q_side = _q_side(cfg, oq_ref, dq_ref, cq_ref, slice(None))
-  seed, bh = seed_ref[0], b * pl.num_programs(1) + h
+  seed, bh = seed_ref[0], (seed_ref[1] + b) * pl.num_programs(1) + h
   keep_scale = 1.0 / (1.0 - cfg.dropout_rate) if cfg.dropout_rate else 1.0
 
   def fold(carry, s, valid, vals, key_ids):
@@ -234,7 +234,7 @@ def dq_kernel(cfg, seed_ref, q_ref, k_ref, v_ref, kg_ref, vg_ref, qdoc_ref, kdoc
   q, do = q_ref[...], do_ref[...]
   lse, delta, qdoc = lse_ref[...], delta_ref[...], qdoc_ref[...]
   q_side = _q_side(cfg, oq_ref, dq_ref, cq_ref, slice(None))
-  seed, bh = seed_ref[0], b * pl.num_programs(1) + h
+  seed, bh = seed_ref[0], (seed_ref[1] + b) * pl.num_programs(1) + h
 
   # Global keys: their dk / dv are this tile's partial sums (added up outside).
   kg, vg = kg_ref[...], vg_ref[...]
@@ -282,7 +282,7 @@ def dkv_kernel(cfg, seed_ref, q_ref, k_ref, v_ref, qdoc_ref, kdoc_ref, oq_ref, o
   kj = j0 - r + jnp.arange(bk)
   k, v, kdoc = k_ref[...], v_ref[...], kdoc_ref[...]
   k_side = _q_side(cfg, okk_ref, dk_ref, ck_ref, slice(None)) if cfg.num_axes else None
-  seed, bh = seed_ref[0], b * pl.num_programs(1) + h
+  seed, bh = seed_ref[0], (seed_ref[1] + b) * pl.num_programs(1) + h
   # Query tiles that can see these keys: long queries [j0 - 2r, j0 + BK - 1].
   lo = jnp.maximum(j0 - 2 * r, 0) // bq
   hi = jnp.minimum((j0 + bk - 1) // bq, cfg.q_tiles - 1) + 1

@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from flaxdoc.nn import batch_parallel
 from flaxdoc.nn import gcn_pallas_kernels as kernels
 from flaxdoc.nn.gcn_pallas_kernels import Config
 
@@ -288,9 +289,10 @@ def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
   cfg = Config(nodes=nodes, slots=slots, features=features, hidden=hidden,
                block_nodes=t.block_nodes, block_hidden=t.block_hidden,
                block_edges=t.block_edges, warps=t.warps, interpret=bool(interpret), bf16=bf16)
-  dtype = from_self.dtype
-  return _attention_pool(cfg, from_self, from_neighbor.astype(dtype),
-                         jax.lax.stop_gradient(jnp.asarray(edge_features, F32)),
-                         jnp.asarray(neighbor_ids, jnp.int32), jnp.asarray(neighbor_mask, bool),
-                         jnp.asarray(edge_kernel, F32), jnp.asarray(bias, F32),
-                         jnp.asarray(score_vector, F32))
+  args = (from_self, from_neighbor.astype(from_self.dtype),
+          jax.lax.stop_gradient(jnp.asarray(edge_features, F32)),
+          jnp.asarray(neighbor_ids, jnp.int32), jnp.asarray(neighbor_mask, bool),
+          jnp.asarray(edge_kernel, F32), jnp.asarray(bias, F32), jnp.asarray(score_vector, F32))
+  # Per example: each device runs its own rows when the mesh splits the batch.
+  return batch_parallel.over_batch(lambda _, *x: _attention_pool(cfg, *x), args,
+                                   (True,) * 5 + (False,) * 3)
