@@ -16,6 +16,7 @@ def test_tiles_parse_and_the_sweep_is_valid():
     gcn_kernel.parse_tiles("16,32")
 
 
+@pytest.mark.slow  # the kernels' own tests cover the values; this is the bench's plumbing
 @pytest.mark.parametrize("graph", ["local", "random"])
 def test_rows_report_times_and_errors_against_float32(graph):
   p = dataclasses.replace(gcn_kernel.LOCAL, graph=graph)

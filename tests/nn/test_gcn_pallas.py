@@ -120,7 +120,8 @@ def test_every_slot_valid_and_the_last_step_reading_past_the_edges():
 @pytest.mark.parametrize("shape", [
     dict(b=1, nodes=24, k=3, f=4, h=20),  # with every id 5 below: one hub takes all edges
     dict(b=1, nodes=1, k=1, f=3, h=8),  # one node, one slot (its own neighbour)
-    dict(b=1, nodes=40, k=8, f=12, h=50),  # FormNet's 8 slots and 12 features
+    # FormNet's 8 slots and 12 features with the default tiles (the layer test has them too)
+    pytest.param(dict(b=1, nodes=40, k=8, f=12, h=50), marks=pytest.mark.slow),
 ])
 def test_hub_single_node_and_formnet_slots(shape):
   p = problem(seed=2, **shape)
