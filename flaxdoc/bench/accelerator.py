@@ -172,18 +172,18 @@ def pretrain_batch(batch: int, length: int, s: Sizes, mlm_rate: float = MLM_RATE
   return b
 
 
-def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes, local: bool,
-                 peak_tflops: float, iters: int, ablation: str = "full", prng: str = "threefry",
-                 dropout: bool = True, profile: str | None = None,
-                 gcn_backward: str = "scatter_f32", mlm_positions: str = "capped",
-                 etc_kernel: str = "xla", gcn_kernel: str = "xla") -> dict:
+def pretrain_step(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes, local: bool,
+                  ablation: str = "full", dropout: bool = True, gcn_backward: str = "scatter_f32",
+                  mlm_positions: str = "capped", etc_kernel: str = "xla",
+                  gcn_kernel: str = "xla"):
+  """`(step, (params, opt_state, data), tx, head_positions, sizes)`: the step not yet jitted.
+
+  `step(params, opt_state, data, rng) -> (params, opt_state, loss)`: forward, backward
+  and AdamW, as the trainer runs it (`flaxdoc.bench.gemm_floor` lowers the same step).
+  """
   import jax  # pylint: disable=import-outside-toplevel
   from flaxdoc.nn import gcn  # pylint: disable=import-outside-toplevel
   gcn.NEIGHBOR_GRADIENT = gcn_backward
-  if prng != "threefry":
-    # Dropout masks are drawn with the default PRNG: threefry is many integer ops
-    # per random bit on a GPU, "rbg" uses the hardware generator path.
-    jax.config.update("jax_default_prng_impl", prng)
   import optax  # pylint: disable=import-outside-toplevel
   from flaxdoc import models  # pylint: disable=import-outside-toplevel
   from flaxdoc.train import objectives  # pylint: disable=import-outside-toplevel
@@ -215,6 +215,23 @@ def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes
     updates, o = tx.update(grads, o, p)
     return optax.apply_updates(p, updates), o, loss
 
+  return step, (params, opt_state, data), tx, head_positions, s
+
+
+def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes, local: bool,
+                 peak_tflops: float, iters: int, ablation: str = "full", prng: str = "threefry",
+                 dropout: bool = True, profile: str | None = None,
+                 gcn_backward: str = "scatter_f32", mlm_positions: str = "capped",
+                 etc_kernel: str = "xla", gcn_kernel: str = "xla") -> dict:
+  import jax  # pylint: disable=import-outside-toplevel
+  from flaxdoc import models  # pylint: disable=import-outside-toplevel
+  if prng != "threefry":
+    # Dropout masks are drawn with the default PRNG: threefry is many integer ops
+    # per random bit on a GPU, "rbg" uses the hardware generator path.
+    jax.config.update("jax_default_prng_impl", prng)
+  step, (params, opt_state, data), _, head_positions, s = pretrain_step(
+      length, batch, dtype, param_dtype, s, local, ablation, dropout, gcn_backward,
+      mlm_positions, etc_kernel, gcn_kernel)
   t0 = time.perf_counter()
   compiled = jax.jit(step, donate_argnums=(0, 1)).lower(params, opt_state, data,
                                                           jax.random.key(0)).compile()
@@ -290,7 +307,8 @@ def run_attention(impl: str, length: int, dtype: str, s: Sizes) -> dict:
   batch = jax.device_put(batch)
   fwd = jax.jit(lambda p, b: model.apply({"params": p}, b)["tag_logits"])
   compiled = fwd.lower(params, batch).compile()
-  seconds = common.time_back_to_back(lambda: compiled(params, batch), warmup=1, iters=3 if length > 8192 else 5)
+  seconds = common.time_back_to_back(lambda: compiled(params, batch), warmup=1,
+                                     iters=3 if length > 8192 else 5)
   gflop = ab.forward_gflop(impl.removesuffix("_pallas"), length, s)
   return dict(part="attention", impl=impl, tokens=length, dtype=dtype, time_ms=seconds * 1e3,
               tokens_per_s=length / seconds, gflop=gflop, tflops=gflop / seconds / 1e3,
