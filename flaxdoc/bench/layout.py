@@ -31,7 +31,7 @@ import numpy as np
 from scipy.spatial import Delaunay
 
 from flaxdoc.bench.common import emit, peak_rss_mb, time_call
-from flaxdoc.layout import graph
+from flaxdoc.layout import graph, token_graph
 
 TARGET_MS = {1000: 10.0, 10000: 150.0}
 GRAPH_COLUMNS = ("bench", "variant", "stage", "words", "tokens", "edges", "ms", "cpu_ms",
@@ -98,7 +98,7 @@ def graph_rows(sizes: Sequence[int] = (100, 1000, 10000), *, repeats: int = 5,
       stages = [
           ("skeleton", skeleton, None),
           ("capped", lambda: graph.build_word_graph(boxes, variant=variant, max_degree=8), None),
-          ("tokens", lambda: graph.token_neighbours(boxes, word_ids, variant=variant),
+          ("tokens", lambda: token_graph.token_neighbours(boxes, word_ids, variant=variant),
            len(word_ids)),
       ]
       for stage, fn, tokens in stages:

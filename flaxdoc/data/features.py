@@ -322,7 +322,7 @@ def document_word_boxes(doc: Document) -> np.ndarray:
 
 
 def _graph(doc: Document, tok: TokenizedDocument, config: FeatureConfig) -> dict[str, np.ndarray]:
-  from flaxdoc.layout.graph import token_neighbours  # pylint: disable=import-outside-toplevel
+  from flaxdoc.layout.token_graph import token_neighbours  # pylint: disable=import-outside-toplevel
   g = token_neighbours(document_word_boxes(doc), tok.word_ids, max_degree=config.graph_max_degree,
                        variant=config.graph_variant)
   ids = np.asarray(g["neighbor_ids"])

@@ -51,8 +51,7 @@ exceeds `max_degree`, the result is undirected, nodes keep their nearest neighbo
 first, and the cap never disconnects the graph unless a node needs more than
 `max_degree` spanning-tree edges.
 
-`token_neighbours` (defined in `edge_features.py`, re-exported here: the featuriser
-calls `flaxdoc.layout.graph.token_neighbours`) expands the word graph to padded
+`flaxdoc.layout.token_graph.token_neighbours` expands the word graph to padded
 per-sub-token arrays.
 
 Coordinates may be in any units (pixels, 0..1000, page-stacked); the graph is
@@ -69,13 +68,12 @@ from scipy.sparse import csgraph
 from scipy.spatial import Delaunay, QhullError
 
 from flaxdoc.layout.edge_features import (EDGE_FEATURE_NAMES, NODE_FEATURE_NAMES,
-                                          NUM_EDGE_FEATURES, edge_features, node_features,
-                                          token_neighbours)
+                                          NUM_EDGE_FEATURES, edge_features, node_features)
 
 __all__ = [
     "VARIANTS", "DEFAULT_MAX_DEGREE", "EDGE_FEATURE_NAMES", "NODE_FEATURE_NAMES",
     "NUM_EDGE_FEATURES", "beta_skeleton", "ball_of_sight_graph", "build_word_graph",
-    "cap_degree", "box_gaps", "validate_boxes", "token_neighbours", "edge_features",
+    "cap_degree", "box_gaps", "validate_boxes", "edge_features",
     "node_features",
 ]
 

@@ -11,7 +11,7 @@ A node without a valid neighbour keeps `LayerNorm(h_k)` (its weights are all zer
 never the NaN of a softmax over nothing).
 
 The graph comes padded to `K` neighbours per node (FormNet keeps at most 8), as
-produced by `flaxdoc.layout.graph.token_neighbours`:
+produced by `flaxdoc.layout.token_graph.token_neighbours`:
 
 * `neighbor_ids int32 [B, L, K]`: index of each neighbour in the same row;
 * `neighbor_features float32 [B, L, K, F]`: the edge features `e_kl`;

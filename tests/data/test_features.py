@@ -427,9 +427,9 @@ def _fake_token_neighbours(word_boxes, token_word_ids, *, max_degree=8, variant=
 
 
 def test_graph_windows_remap_and_mask(monkeypatch):
-  fake = types.ModuleType("flaxdoc.layout.graph")
+  fake = types.ModuleType("flaxdoc.layout.token_graph")
   fake.token_neighbours = _fake_token_neighbours
-  monkeypatch.setitem(sys.modules, "flaxdoc.layout.graph", fake)
+  monkeypatch.setitem(sys.modules, "flaxdoc.layout.token_graph", fake)
   rng = np.random.default_rng(11)
   doc = random_doc(rng, 50)
   cfg = FeatureConfig(max_len=20, stride=6, graph=True, graph_max_degree=6)
@@ -459,9 +459,6 @@ def test_graph_windows_remap_and_mask(monkeypatch):
 
 
 def test_graph_with_real_module():
-  graph = pytest.importorskip("flaxdoc.layout.graph")
-  if not hasattr(graph, "token_neighbours"):
-    pytest.skip("flaxdoc.layout.graph.token_neighbours is not available yet")
   rng = np.random.default_rng(12)
   doc = random_doc(rng, 60, n_pages=2)
   for w in featurize(doc, TOK, FeatureConfig(max_len=32, stride=8, graph=True)):

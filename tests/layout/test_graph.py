@@ -15,7 +15,7 @@ import pytest
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from flaxdoc.layout import graph
+from flaxdoc.layout import graph, token_graph
 from flaxdoc.layout.edge_features import EDGE_FEATURE_NAMES, edge_features, node_features
 
 
@@ -431,7 +431,7 @@ def test_bad_boxes_raise(bad, match):
   with pytest.raises(ValueError, match=match):
     graph.ball_of_sight_graph(bad)
   with pytest.raises(ValueError, match=match):
-    graph.token_neighbours(bad, [0])
+    token_graph.token_neighbours(bad, [0])
 
 
 def test_bad_points_raise():
@@ -502,7 +502,7 @@ def test_token_neighbours_hand_built():
   word_boxes = np.array([[0, 0, 10, 10], [14, 0, 20, 10], [30, 0, 50, 10]], float)
   # [CLS] w0a w0b w1 w2a w2b w2c [SEP] [PAD]
   word_ids = np.array([-1, 0, 0, 1, 2, 2, 2, -1, -1])
-  out = graph.token_neighbours(word_boxes, word_ids, max_degree=3)
+  out = token_graph.token_neighbours(word_boxes, word_ids, max_degree=3)
   ids, feats, mask = out["neighbor_ids"], out["neighbor_features"], out["neighbor_mask"]
   assert ids.shape == (9, 5) and ids.dtype == np.int32
   assert feats.shape == (9, 5, len(EDGE_FEATURE_NAMES)) and feats.dtype == np.float32
@@ -534,7 +534,7 @@ def test_token_neighbours_hand_built():
 
 def test_token_neighbours_without_subtoken_links_and_truncation():
   word_boxes = np.array([[0, 0, 10, 10], [14, 0, 20, 10], [30, 0, 50, 10]], float)
-  out = graph.token_neighbours(word_boxes, [0, 0, 1], max_degree=2, include_subtoken_links=False)
+  out = token_graph.token_neighbours(word_boxes, [0, 0, 1], max_degree=2, include_subtoken_links=False)
   assert out["neighbor_ids"].shape == (3, 2)
   # Word 2 has no token: the graph is built over words 0 and 1 only.
   np.testing.assert_array_equal(out["neighbor_ids"], [[2, 0], [2, 0], [0, 0]])
@@ -545,7 +545,7 @@ def test_token_neighbours_degree_and_consistency_on_a_page():
   boxes = rows_of_words(120, 5)
   rng = np.random.default_rng(0)
   word_ids = np.concatenate([[-1], np.repeat(np.arange(120), rng.integers(1, 4, 120)), [-1]])
-  out = graph.token_neighbours(boxes, word_ids, max_degree=8)
+  out = token_graph.token_neighbours(boxes, word_ids, max_degree=8)
   ids, mask = out["neighbor_ids"], out["neighbor_mask"]
   assert ids.shape[1] == 10 and np.isfinite(out["neighbor_features"]).all()
   first = {w: int(np.flatnonzero(word_ids == w)[0]) for w in range(120)}
@@ -566,7 +566,7 @@ def test_token_neighbours_degree_and_consistency_on_a_page():
 
 def test_token_neighbours_identical_boxes_no_nan():
   word_boxes = np.array([[5, 5, 5, 5]] * 4 + [[5, 5, 9, 9]] * 3, float)
-  out = graph.token_neighbours(word_boxes, [0, 1, 1, 2, 3, 4, 5, 6, -1], max_degree=8)
+  out = token_graph.token_neighbours(word_boxes, [0, 1, 1, 2, 3, 4, 5, 6, -1], max_degree=8)
   assert np.isfinite(out["neighbor_features"]).all()
   assert out["neighbor_mask"].any()
 
@@ -574,18 +574,18 @@ def test_token_neighbours_identical_boxes_no_nan():
 def test_token_neighbours_bad_ids():
   boxes = [[0, 0, 1, 1], [2, 0, 3, 1]]
   with pytest.raises(ValueError, match=r"\[-1, 2\)"):
-    graph.token_neighbours(boxes, [0, 2])
+    token_graph.token_neighbours(boxes, [0, 2])
   with pytest.raises(ValueError, match=r"\[-1, 2\)"):
-    graph.token_neighbours(boxes, [-2, 0])
+    token_graph.token_neighbours(boxes, [-2, 0])
   with pytest.raises(ValueError, match="integers"):
-    graph.token_neighbours(boxes, [0.5, 1])
+    token_graph.token_neighbours(boxes, [0.5, 1])
   with pytest.raises(ValueError, match=r"shape \[L\]"):
-    graph.token_neighbours(boxes, [[0, 1]])
+    token_graph.token_neighbours(boxes, [[0, 1]])
   with pytest.raises(ValueError, match="max_degree"):
-    graph.token_neighbours(boxes, [0, 1], max_degree=-3)
-  empty = graph.token_neighbours(np.zeros((0, 4)), [], max_degree=2)
+    token_graph.token_neighbours(boxes, [0, 1], max_degree=-3)
+  empty = token_graph.token_neighbours(np.zeros((0, 4)), [], max_degree=2)
   assert empty["neighbor_ids"].shape == (0, 4)
-  none = graph.token_neighbours(boxes, [-1, -1])
+  none = token_graph.token_neighbours(boxes, [-1, -1])
   assert not none["neighbor_mask"].any()
 
 
