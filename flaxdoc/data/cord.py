@@ -35,7 +35,7 @@ import os
 from pathlib import Path
 from typing import Collection
 
-from flaxdoc.data.datasets import LABELS, DatasetNotFoundError
+from flaxdoc.data.public_datasets import LABELS, DatasetNotFoundError
 from flaxdoc.data.document import Document, DocumentError
 from flaxdoc.data.jsonl import coordinate, load_json_file
 from flaxdoc.data.reading import check_on_error, list_ids, parse_each, select_ids

@@ -35,28 +35,15 @@ from typing import Sequence
 import numpy as np
 
 from flaxdoc.data.document import Document
+# Defined in public_datasets (the readers import them from there); re-exported here.
+from flaxdoc.data.public_datasets import LABELS, DatasetNotFoundError
 from flaxdoc.data.report import LoadReport
 
-SPLITS = ("train", "dev", "test")
+__all__ = ["LABELS", "SPLITS", "DEV_SIZES", "DatasetNotFoundError", "check_split", "dev_size",
+           "carve_dev", "default_data_dir", "has_official_split", "available_splits",
+           "load_dataset"]
 
-# The label sets, in tag-vocabulary order (see `flaxdoc.tags.tag_names`).
-LABELS: dict[str, tuple[str, ...]] = {
-    "funsd": ("header", "question", "answer", "other"),
-    # The 30 `valid_line` categories of CORD, spelled as in the data (the authors'
-    # README writes `subtotal.*` and `void menu`), grouped by super-category.
-    "cord": (
-        "menu.nm", "menu.num", "menu.unitprice", "menu.cnt", "menu.discountprice",
-        "menu.price", "menu.itemsubtotal", "menu.vatyn", "menu.etc", "menu.sub_nm",
-        "menu.sub_unitprice", "menu.sub_cnt", "menu.sub_price", "menu.sub_etc",
-        "void_menu.nm", "void_menu.price",
-        "sub_total.subtotal_price", "sub_total.discount_price", "sub_total.service_price",
-        "sub_total.othersvc_price", "sub_total.tax_price", "sub_total.etc",
-        "total.total_price", "total.total_etc", "total.cashprice", "total.changeprice",
-        "total.creditcardprice", "total.emoneyprice", "total.menutype_cnt",
-        "total.menuqty_cnt",
-    ),
-    "sroie": ("company", "date", "address", "total"),
-}
+SPLITS = ("train", "dev", "test")
 
 # Default dev-split sizes (documents) when the dataset has no official dev split.
 DEV_SIZES = {"funsd": 20, "cord": 100, "sroie": 60}
@@ -65,10 +52,6 @@ JSONL_DEV_FRACTION = 0.1
 # The official splits each reader can find on disk.
 _OFFICIAL_SPLITS = {"funsd": ("train", "test"), "cord": ("train", "dev", "test"),
                     "sroie": ("train", "test")}
-
-
-class DatasetNotFoundError(FileNotFoundError):
-  """A dataset directory or split is missing; the message says what layout was expected."""
 
 
 def check_split(split: str) -> str:
@@ -105,7 +88,7 @@ def carve_dev(ids: Sequence[str], n_dev: int, seed: int = 0) -> tuple[list[str],
 
 
 def _reader(name: str):
-  """(list_ids, load) of a file-based dataset; imported lazily (readers import this module)."""
+  """(list_ids, load) of a file-based dataset; imported lazily (each pulls in its own deps)."""
   if name == "funsd":
     from flaxdoc.data import funsd
     return funsd.list_funsd_ids, funsd.load_funsd

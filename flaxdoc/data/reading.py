@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Callable, Collection, Iterable, Iterator, TypeVar
 
-from flaxdoc.data.datasets import DatasetNotFoundError
+from flaxdoc.data.public_datasets import DatasetNotFoundError
 from flaxdoc.data.document import Document, DocumentError
 from flaxdoc.data.report import LoadReport
 

@@ -47,7 +47,7 @@ from typing import Collection, Sequence
 
 import numpy as np
 
-from flaxdoc.data.datasets import LABELS, DatasetNotFoundError
+from flaxdoc.data.public_datasets import LABELS, DatasetNotFoundError
 from flaxdoc.data.document import Document, DocumentError
 from flaxdoc.data.jsonl import coordinate, parse_json
 from flaxdoc.data.reading import check_on_error, list_ids, parse_each, select_ids

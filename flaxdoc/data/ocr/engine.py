@@ -16,44 +16,18 @@ PDFs).
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Protocol
+# The engines' common types live in `words`, which the engine modules import: this
+# module imports them (lazily) and re-exports the types, and nothing imports it back.
+from flaxdoc.data.ocr.words import OcrEngine, OcrUnavailableError, OcrWord
+
+__all__ = ["DEFAULT_ENGINE", "ENGINES", "OcrEngine", "OcrUnavailableError", "OcrWord",
+           "available_engines", "get_engine"]
 
 ENGINES = ("rapidocr", "tesseract")
 # Chosen by measurement (README, "Reading scans (OCR)"): on FUNSD dev forms a
 # model trained on gold words scores a higher entity F1 on RapidOCR's words
 # than on Tesseract's.
 DEFAULT_ENGINE = "rapidocr"
-
-
-class OcrUnavailableError(RuntimeError):
-  """The engine's Python package or system program is not installed (the message says how)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class OcrWord:
-  """One recognised word.
-
-  Attributes:
-    text: the word, non-empty, no whitespace inside.
-    box: `(x0, y0, x1, y1)` in pixels of the image read, `x0 <= x1`, `y0 <= y1`.
-    line: id of the engine's text line, unique on the page.
-    block: id of the engine's block (paragraph / region), unique on the page.
-    confidence: the engine's confidence in [0, 1].
-  """
-  text: str
-  box: tuple[float, float, float, float]
-  line: int
-  block: int
-  confidence: float
-
-
-class OcrEngine(Protocol):
-  """What `flaxdoc.data.ocr.reader` needs from an engine."""
-  name: str
-
-  def read(self, image) -> list[OcrWord]:
-    """The words of one page image (a `PIL.Image.Image`), in reading order."""
 
 
 _ENGINES: dict[str, OcrEngine] = {}

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flaxdoc.data.ocr.engine import OcrUnavailableError, OcrWord
+from flaxdoc.data.ocr.words import OcrUnavailableError, OcrWord
 
 # A blank run of columns at least this many line ink heights wide between two
 # characters is a space, whether or not the recogniser put one there: PP-OCR

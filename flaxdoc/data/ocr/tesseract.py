@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shutil
 
-from flaxdoc.data.ocr.engine import OcrUnavailableError, OcrWord
+from flaxdoc.data.ocr.words import OcrUnavailableError, OcrWord
 
 _INSTALL = ("Tesseract is not installed: `apt-get install tesseract-ocr` (Debian/Ubuntu; "
             "`brew install tesseract` on macOS) and `pip install pytesseract` "
