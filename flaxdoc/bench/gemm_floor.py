@@ -7,14 +7,14 @@ r"""The matrix-multiply floor of the FormNet-A2 pre-training step: each of its p
 What MFU can the step reach on this chip at all? This lowers the step that
 `flaxdoc.bench.accelerator` times (forward, backward, AdamW), reads every
 `dot_general` of its StableHLO, each counted as often as it runs (a private
-function's products once per call site; products inside a `while` body would count
-once, and the step has none), and times each distinct product *alone*
-(`jax.lax.dot_general` with the same shapes, dtypes and dimension numbers, `jax.jit`).
-A call runs up to 16 copies on distinct operands and returns every output, so that
-XLA can neither merge nor drop them and the host's dispatch (tens of microseconds,
-longer than a small product) is spread over the copies: a first version that
-dispatched each product alone charged that to every small product, and one that
-chained copies of the same operands was merged into a single product by XLA.
+function's products once per call site; a product inside a loop or branch, whose
+count the text does not give, is an error), and times each distinct product *alone*
+(`jax.lax.dot_general` with the same shapes, dtypes, dimension numbers and precision,
+`jax.jit`). A call runs up to 16 copies, each on operands of its own, and returns
+every output, so XLA can neither merge nor drop them, and the host's dispatch (tens
+of microseconds, longer than a small product) is spread over the copies. Earlier
+forms got this wrong: one dispatch per product charged the dispatch to every small
+product, and copies of the same operands were merged into one product by XLA.
 
 Their sum is the step's matrix-multiply time at the rates XLA and the chip give those
 shapes; AdamW, timed alone on the step's parameters (donated, as in the step), is
@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import functools
 import math
 import re
 import sys
@@ -47,7 +48,8 @@ _CALL = re.compile(r"\bcall " + _NAME)
 _DIMS = re.compile(r"(?:batching_dims = \[([\d, ]*)\] x \[([\d, ]*)\], )?"
                    r"contracting_dims = \[([\d, ]*)\] x \[([\d, ]*)\]")
 _TENSOR = re.compile(r"tensor<([^>]*)>")
-SUMMARY_COLUMNS = ("what", "length", "batch", "etc_kernel", "gcn_kernel", "dots", "distinct",
+_PRECISION = re.compile(r"precision = \[(\w+), (\w+)\]")
+SUMMARY_COLUMNS = ("what", "length", "batch", "dtype", "device", "etc_kernel", "gcn_kernel", "dots", "distinct",
                    "dot_tflop", "model_tflop", "gemm_ms", "gemm_tflops", "adamw_ms", "floor_ms",
                    "bound_mfu", "step_ms", "step_over_floor")
 DOT_COLUMNS = ("lhs", "rhs", "out", "count", "gflop", "ms_each", "ms_total", "tflops", "share")
@@ -66,6 +68,7 @@ class Dot:
   rhs_batch: tuple[int, ...]
   lhs_contract: tuple[int, ...]
   rhs_contract: tuple[int, ...]
+  precision: tuple[str, ...] = ()  # e.g. ("HIGHEST", "HIGHEST"); () is DEFAULT
 
   @property
   def flop(self) -> float:
@@ -84,6 +87,8 @@ _DTYPES = {"bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float
 
 def _tensor(text: str) -> tuple[tuple[int, ...], str]:
   *dims, dtype = text.split("x")
+  if any(not d.isdigit() for d in dims):
+    raise ValueError(f"gemm_floor: tensor<{text}> has a dimension that is not a number")
   if dtype not in _DTYPES:
     raise ValueError(f"gemm_floor: element type {dtype!r} of tensor<{text}> not handled")
   return tuple(int(d) for d in dims), _DTYPES[dtype]
@@ -96,8 +101,10 @@ def parse_dot(line: str) -> Dot:
   if dims is None or len(types) != 3:
     raise ValueError(f"gemm_floor: cannot read the dot_general {line.strip()[:200]!r}")
   (lhs, lt), (rhs, rt), (out, ot) = (_tensor(t) for t in types)
+  precision = _PRECISION.search(line)
   return Dot(lhs, rhs, out, lt, rt, ot, _ints(dims.group(1)), _ints(dims.group(2)),
-             _ints(dims.group(3)), _ints(dims.group(4)))
+             _ints(dims.group(3)), _ints(dims.group(4)),
+             precision.groups() if precision and set(precision.groups()) != {"DEFAULT"} else ())
 
 
 def count_dots(module_text: str) -> collections.Counter:
@@ -105,25 +112,48 @@ def count_dots(module_text: str) -> collections.Counter:
 
   Functions are entered from `main`; a private function's products count once per
   call site of each caller, recursively (the call graph of a lowered module is acyclic).
+  A product inside a region (a `while` body, a `case` branch: how often it runs is not
+  in the text), or a call from one to a function that has products, is an error
+  rather than a wrong count.
   """
   funcs: dict[str, dict] = {}
-  current = None
+  current, depth = None, 0
   for line in module_text.splitlines():
     m = _FUNC.match(line)
     if m:
-      current = funcs.setdefault(m.group(1), {"dots": [], "calls": collections.Counter()})
+      current = funcs.setdefault(m.group(1), {"dots": [], "calls": collections.Counter(),
+                                              "in_region": []})
+      depth = line.count("{") - line.count("}")
       continue
     if current is None:
       continue
+    nested = depth > 1  # the function body is depth 1; a region's body is deeper
     for callee in _CALL.findall(line):
       current["calls"][callee] += 1
+      if nested:
+        current["in_region"].append(("call", callee, line))
     if "stablehlo.dot_general" in line:
       current["dots"].append(parse_dot(line))
+      if nested:
+        current["in_region"].append(("dot", None, line))
+    depth += line.count("{") - line.count("}")
+    if depth <= 0:
+      current = None
   if "main" not in funcs:
     raise ValueError("gemm_floor: the module has no @main function")
+
+  @functools.lru_cache(maxsize=None)
+  def has_dots(name: str) -> bool:
+    f = funcs.get(name)
+    return bool(f and (f["dots"] or any(has_dots(c) for c in f["calls"])))
+
   counts: collections.Counter = collections.Counter()
 
   def visit(name: str, times: int) -> None:
+    for kind, callee, line in funcs[name]["in_region"]:
+      if kind == "dot" or has_dots(callee):
+        raise ValueError(f"gemm_floor: @{name} has a product inside a loop or branch, whose "
+                         f"count the module text does not give: {line.strip()[:160]!r}")
     for dot in funcs[name]["dots"]:
       counts[dot] += times
     for callee, n in funcs[name]["calls"].items():
@@ -135,7 +165,7 @@ def count_dots(module_text: str) -> collections.Counter:
 
 
 def chained_products(dot: Dot, chain: int = 16):
-  """`(f, args)`: `f(*args)` computes `dot` on `n <= chain` distinct left operands.
+  """`(f, args)`: `f(*args)` computes `dot` on `n <= chain` pairs of distinct operands.
 
   Distinct operands and every output returned: XLA can neither merge the copies into
   one product nor drop any as unused. `n` keeps operands and outputs within 2 GiB.
@@ -144,17 +174,23 @@ def chained_products(dot: Dot, chain: int = 16):
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   k1, k2 = jax.random.split(jax.random.key(0))
   a = jax.random.normal(k1, dot.lhs, jnp.float32)
-  b = jax.random.normal(k2, dot.rhs, jnp.float32).astype(dot.rhs_dtype)
+  b = jax.random.normal(k2, dot.rhs, jnp.float32)
   dims = ((dot.lhs_contract, dot.rhs_contract), (dot.lhs_batch, dot.rhs_batch))
-  each = (math.prod(dot.out) * jnp.dtype(dot.out_dtype).itemsize
-          + math.prod(dot.lhs) * jnp.dtype(dot.lhs_dtype).itemsize)
+  precision = tuple(jax.lax.Precision[p] for p in dot.precision) or None
+  each = sum(math.prod(shape) * jnp.dtype(dtype).itemsize
+             for shape, dtype in ((dot.out, dot.out_dtype), (dot.lhs, dot.lhs_dtype),
+                                  (dot.rhs, dot.rhs_dtype)))
   n = max(1, min(chain, int(2 ** 31 // max(each, 1))))
+  # Both operands distinct per copy: XLA's GPU compiler merges products that share one
+  # (its dot-merger pass), which would time one large product instead of n small ones.
   lhs = [(a + i).astype(dot.lhs_dtype) for i in range(n)]
+  rhs = [(b - i).astype(dot.rhs_dtype) for i in range(n)]
 
-  def f(xs, y):
-    return [jax.lax.dot_general(x, y, dims, preferred_element_type=dot.out_dtype) for x in xs]
+  def f(xs, ys):
+    return [jax.lax.dot_general(x, y, dims, precision=precision,
+                                preferred_element_type=dot.out_dtype) for x, y in zip(xs, ys)]
 
-  return f, (lhs, b)
+  return f, (lhs, rhs)
 
 
 def time_dot(dot: Dot, iters: int, chain: int = 16) -> float:
@@ -170,20 +206,23 @@ def time_dot(dot: Dot, iters: int, chain: int = 16) -> float:
 
 
 def time_adamw(tx, params, opt_state, iters: int) -> float:
-  """Seconds per AdamW update of these parameters alone (gradients = parameters),
-  updated in place (donated) as the step does; `params` and `opt_state` are consumed."""
+  """Seconds per AdamW update of these parameters alone, updated in place (donated) as
+  the step does, from a separate gradient tree (7 arrays of traffic per parameter, as
+  in the step); `params` and `opt_state` are consumed."""
   import jax  # pylint: disable=import-outside-toplevel
   import optax  # pylint: disable=import-outside-toplevel
 
-  def update(p, o):
-    u, o = tx.update(p, o, p)
+  grads = jax.tree.map(lambda x: x * 0.5, params)
+
+  def update(p, o, g):
+    u, o = tx.update(g, o, p)
     return optax.apply_updates(p, u), o
 
   update = jax.jit(update, donate_argnums=(0, 1))
   state = [params, opt_state]
 
   def call():
-    state[:] = update(*state)
+    state[:] = update(*state, grads)
     return state[0]
 
   return common.time_back_to_back(call, warmup=2, iters=iters)
@@ -233,8 +272,10 @@ def main(argv=None) -> int:
   ap.add_argument("--length", type=int, default=1024)
   ap.add_argument("--batch", type=int, default=16)
   ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-  ap.add_argument("--etc_kernel", default="pallas", choices=["xla", "pallas"])
-  ap.add_argument("--gcn_kernel", default="pallas", choices=["xla", "pallas"])
+  # Default: the fused kernels on an accelerator; with --local the XLA paths, since
+  # Pallas' CPU interpreter turns a kernel into loops whose products cannot be counted.
+  ap.add_argument("--etc_kernel", default=None, choices=["xla", "pallas"])
+  ap.add_argument("--gcn_kernel", default=None, choices=["xla", "pallas"])
   ap.add_argument("--iters", type=int, default=20)
   ap.add_argument("--top", type=int, default=20, help="products listed (the summary has all)")
   ap.add_argument("--peak_tflops", type=float, default=H100_BF16_TFLOPS)
@@ -243,8 +284,9 @@ def main(argv=None) -> int:
   ap.add_argument("--json", action="store_true")
   a = ap.parse_args(argv)
   length, batch = (128, 2) if a.local else (a.length, a.batch)
-  summary, rows = run(length, batch, a.dtype, a.etc_kernel, a.gcn_kernel, a.iters, a.local,
-                      a.peak_tflops, a.step_ms)
+  kernels = [k or ("xla" if a.local else "pallas") for k in (a.etc_kernel, a.gcn_kernel)]
+  summary, rows = run(length, batch, a.dtype, *kernels, a.iters, a.local, a.peak_tflops,
+                      a.step_ms)
   common.emit(rows[:a.top], as_json=a.json, title="the step's products, each alone",
               columns=None if a.json else list(DOT_COLUMNS))
   common.emit([summary], as_json=a.json, title="FormNet-A2 pre-training step: GEMM floor",

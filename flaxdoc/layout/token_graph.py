@@ -3,8 +3,8 @@
 `token_neighbours` builds the word graph (`flaxdoc.layout.graph`) over the words a
 sequence sees and gives every sub-token the ids, edge features
 (`flaxdoc.layout.edge_features`) and mask of its neighbours, which is what the GCN
-(`flaxdoc.nn.gcn`) reads. It sits in a module of its own so that the graph and the
-features each import nothing of the other.
+(`flaxdoc.nn.gcn`) reads. It sits in a module of its own so that the feature
+definitions need nothing of the graph (`graph.py` imports them, one way, to re-export).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def token_neighbours(word_boxes, token_word_ids, *, max_degree: int = 8,
     word_boxes: `[W, 4]` word boxes in 0..1000 units (page-stacked: `y + 1000 * page`).
     token_word_ids: `[L]` integer word index of every token, -1 for none.
     max_degree: graph neighbours per word (FormNet: 8, `graph.DEFAULT_MAX_DEGREE`).
-    variant: graph construction, see `build_word_graph`.
+    variant: graph construction, see `flaxdoc.layout.graph.build_word_graph`.
     include_subtoken_links: add the previous/next sub-token slots.
 
   Returns:

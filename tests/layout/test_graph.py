@@ -534,7 +534,8 @@ def test_token_neighbours_hand_built():
 
 def test_token_neighbours_without_subtoken_links_and_truncation():
   word_boxes = np.array([[0, 0, 10, 10], [14, 0, 20, 10], [30, 0, 50, 10]], float)
-  out = token_graph.token_neighbours(word_boxes, [0, 0, 1], max_degree=2, include_subtoken_links=False)
+  out = token_graph.token_neighbours(word_boxes, [0, 0, 1], max_degree=2,
+                                     include_subtoken_links=False)
   assert out["neighbor_ids"].shape == (3, 2)
   # Word 2 has no token: the graph is built over words 0 and 1 only.
   np.testing.assert_array_equal(out["neighbor_ids"], [[2, 0], [2, 0], [0, 0]])

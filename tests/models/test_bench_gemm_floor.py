@@ -9,6 +9,7 @@ import pytest
 
 from flaxdoc.bench import accelerator as acc
 from flaxdoc.bench import gemm_floor
+from flaxdoc.data import masking
 
 
 def _lowered(f, *args) -> str:
@@ -35,6 +36,34 @@ def test_products_in_a_called_function_count_once_per_call():
   assert batched.flop == 2 * 3 * 4 * 4 * 4
 
 
+def test_products_count_through_nested_calls():
+  inner = jax.jit(lambda x, w: x @ w)
+  mid = jax.jit(lambda x, w: inner(x, w) + inner(x + 1.0, w))
+  x = jnp.ones((4, 8))
+  w = jnp.ones((8, 8))
+  text = _lowered(lambda x, w: mid(x, w) + mid(2.0 * x, w) + x @ w, x, w)
+  assert text.count("stablehlo.dot_general") == 2  # inner's body and the last product
+  assert sum(gemm_floor.count_dots(text).values()) == 2 * 2 + 1
+
+
+@pytest.mark.parametrize("where", ["scan", "scan_call", "cond"])
+def test_a_product_in_a_loop_or_branch_is_an_error_not_a_miscount(where):
+  inner = jax.jit(lambda x, w: x @ w)
+  bodies = {
+      "scan": lambda x, w: jax.lax.scan(lambda c, _: (c @ w, None), x, None, length=5)[0],
+      "scan_call": lambda x, w: jax.lax.scan(lambda c, _: (inner(c, w), None), x, None,
+                                             length=5)[0],
+      "cond": lambda x, w: jax.lax.cond(x[0, 0] > 0, lambda: x @ w, lambda: x),
+  }
+  text = _lowered(bodies[where], jnp.ones((4, 4)), jnp.ones((4, 4)))
+  with pytest.raises(ValueError, match="inside a loop or branch"):
+    gemm_floor.count_dots(text)
+  # A loop without products (as the PRNG's) is fine.
+  plain = _lowered(lambda x: jax.lax.fori_loop(0, 3, lambda i, c: c + 1.0, x) @ x,
+                   jnp.ones((4, 4)))
+  assert sum(gemm_floor.count_dots(plain).values()) == 1
+
+
 def test_parse_dot_reads_dimension_numbers_and_refuses_what_it_cannot_read():
   line = ("%5 = stablehlo.dot_general %3, %4, batching_dims = [0] x [0], contracting_dims = "
           "[2] x [1], precision = [DEFAULT, DEFAULT] : (tensor<4x8x16xbf16>, "
@@ -43,6 +72,11 @@ def test_parse_dot_reads_dimension_numbers_and_refuses_what_it_cannot_read():
   assert (d.lhs, d.rhs, d.out) == ((4, 8, 16), (4, 16, 32), (4, 8, 32))
   assert (d.lhs_contract, d.rhs_contract, d.out_dtype) == ((2,), (1,), "float32")
   assert d.flop == 2 * 4 * 8 * 32 * 16
+  assert d.precision == ()  # DEFAULT
+  assert gemm_floor.parse_dot(line.replace("[DEFAULT, DEFAULT]", "[HIGHEST, HIGHEST]")
+                              ).precision == ("HIGHEST", "HIGHEST")
+  with pytest.raises(ValueError, match="not a number"):
+    gemm_floor.parse_dot(line.replace("tensor<4x8x16xbf16>", "tensor<?x8x16xbf16>"))
   with pytest.raises(ValueError, match="cannot read"):
     gemm_floor.parse_dot("%5 = stablehlo.dot_general %3, %4 : (tensor<4xf32>)")
   with pytest.raises(ValueError, match="element type 'f8E4M3FN'"):
@@ -69,14 +103,30 @@ def test_the_timed_copies_are_all_computed():
   d = gemm_floor.Dot((64, 32), (32, 48), (64, 48), "float32", "float32", "float32", (), (),
                      (1,), (0,))
   f, args = gemm_floor.chained_products(d, chain=5)
-  assert len(args[0]) == 5
+  assert len(args[0]) == len(args[1]) == 5
+  # Neither operand is shared between copies (XLA's GPU dot merger joins products
+  # that share one, which this CPU compile would not show).
+  for operands in args:
+    assert len({float(x.sum()) for x in operands}) == 5
   hlo = jax.jit(f).lower(*args).compile().as_text()
   assert hlo.count(" dot(") == 5
 
 
-def test_time_dot_and_adamw_run_the_product_and_the_update():
+def test_time_dot_divides_by_the_copies_and_adamw_updates_in_place(monkeypatch):
   d = gemm_floor.Dot((4, 8, 16), (4, 16, 32), (4, 8, 32), "float32", "float32", "float32",
                      (0,), (0,), (2,), (1,))
+  calls = []
+
+  def fake_timer(fn, warmup, iters):
+    outputs = fn()
+    calls.append(len(outputs))
+    assert outputs[0].shape == (4, 8, 32)
+    return 1.0
+
+  monkeypatch.setattr(gemm_floor.common, "time_back_to_back", fake_timer)
+  assert gemm_floor.time_dot(d, iters=2, chain=4) == pytest.approx(1 / 4)
+  assert calls == [4]
+  monkeypatch.undo()
   assert gemm_floor.time_dot(d, iters=2) > 0
   bad = gemm_floor.Dot((8, 16), (16, 32), (8, 31), "float32", "float32", "float32", (), (),
                        (1,), (0,))
@@ -84,7 +134,9 @@ def test_time_dot_and_adamw_run_the_product_and_the_update():
     gemm_floor.time_dot(bad, iters=1)
   tx = optax.adamw(1e-3)
   params = {"w": jnp.ones((64, 64))}
-  assert gemm_floor.time_adamw(tx, params, tx.init(params), iters=2) > 0
+  opt_state = tx.init(params)
+  assert gemm_floor.time_adamw(tx, params, opt_state, iters=2) > 0
+  assert params["w"].is_deleted()  # donated: updated in place, as in the step
 
 
 @pytest.mark.slow  # times ~70 products one by one
@@ -99,3 +151,10 @@ def test_summary_row_of_the_shrunk_step():
   assert summary["step_over_floor"] == pytest.approx(1e6 / summary["floor_ms"])
   assert [r["ms_total"] for r in rows] == sorted((r["ms_total"] for r in rows), reverse=True)
   assert sum(r["share"] for r in rows) == pytest.approx(1.0)
+  # Independent of run()'s own sums: the rows' FLOPs, rates and the analytic count.
+  assert summary["dot_tflop"] == pytest.approx(sum(r["gflop"] * r["count"] for r in rows) / 1e3)
+  for r in rows:
+    assert r["tflops"] == pytest.approx(r["gflop"] / r["ms_each"])
+  assert summary["model_tflop"] == pytest.approx(
+      acc.train_step_tflop(128, 2, acc.LOCAL, masking.default_max_predictions(128, acc.MLM_RATE)))
+  assert summary["dot_tflop"] == pytest.approx(summary["model_tflop"], rel=0.03)

@@ -6,9 +6,9 @@
     python -m flaxdoc.data.ocr --engine rapidocr --out scans.jsonl scans/*.png
 
 Modules: `words` (what an engine returns: `OcrWord`, the interface), `engine`
-(`get_engine`: an engine by name), `tesseract`, `rapidocr` (the two engines), `pages` (files -> page pictures), `reader` (-> `Document`),
-`matching` (gold <-> OCR words: scores and label transfer), `cache` (OCR
-results as JSON per file, engine and dpi).
+(`get_engine`: an engine by name), `tesseract`, `rapidocr` (the two engines), `pages`
+(files -> page pictures), `reader` (-> `Document`), `matching` (gold <-> OCR words:
+scores and label transfer), `cache` (OCR results as JSON per file, engine and dpi).
 """
 
 from flaxdoc.data.ocr.engine import (DEFAULT_ENGINE, ENGINES, OcrUnavailableError, OcrWord,

@@ -1,4 +1,5 @@
-"""One small interface for OCR engines: a page image -> words, word boxes, line/block ids.
+"""OCR engines by name: `get_engine("rapidocr")` -> an engine that reads a page image into
+words, word boxes and line/block ids (the interface and `OcrWord` are in `words`).
 
 Two engines sit behind it (`ENGINES`), each in its own module and imported only
 when asked for, so flaxdoc works without either installed:
@@ -16,8 +17,8 @@ PDFs).
 
 from __future__ import annotations
 
-# The engines' common types live in `words`, which the engine modules import: this
-# module imports them (lazily) and re-exports the types, and nothing imports it back.
+# The common types live in `words`, which the engine modules import; this registry
+# imports the engine modules only inside `get_engine`, and re-exports the types.
 from flaxdoc.data.ocr.words import OcrEngine, OcrUnavailableError, OcrWord
 
 __all__ = ["DEFAULT_ENGINE", "ENGINES", "OcrEngine", "OcrUnavailableError", "OcrWord",
