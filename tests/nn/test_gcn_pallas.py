@@ -96,8 +96,9 @@ def check_against_reference(p, tiles=SMALL, seed=5, zero=()):
                                atol=2e-5 * max(scale, 1e-6), err_msg=name)
 
 
-@pytest.mark.parametrize("tiles", [SMALL, gp.Tiles(block_nodes=8, block_hidden=16,
-                                                   block_edges=32)])
+@pytest.mark.parametrize("tiles", [SMALL, pytest.param(gp.Tiles(block_nodes=8, block_hidden=16,
+                                                                block_edges=32),
+                                                       marks=pytest.mark.slow)])
 def test_values_and_gradients_match_the_reference(tiles):
   p = problem()
   check_against_reference(p, tiles)

@@ -135,6 +135,7 @@ def _counting(calls, fn):
   return counted
 
 
+@pytest.mark.slow  # a whole hf: run for a plumbing property; the end-to-end runs stay default
 @needs_minilm
 def test_an_hf_run_reads_and_resolves_config_json_once(tmp_path, monkeypatch):
   """Experiment.create resolves `hf:` once; the trainer, the optimiser's mask and the import reuse it."""

@@ -32,7 +32,11 @@ def test_config_task_and_linking_defaults():
     linking.task_of(tiny_config(arg="local,task=kv"))
 
 
-@pytest.mark.parametrize("task", ["tagging", "linking", "tagging+linking"])
+# The default run keeps the combined task; the single tasks are the slow set's (each
+# step compiles a whole model; tagging's step is also test_train_step's).
+@pytest.mark.parametrize("task", [pytest.param("tagging", marks=pytest.mark.slow),
+                                  pytest.param("linking", marks=pytest.mark.slow),
+                                  "tagging+linking"])
 def test_one_train_step(task):
   # No warm-up: the first step must move the parameters.
   config = _config(task, link_keys=task != "tagging",

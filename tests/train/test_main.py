@@ -36,6 +36,7 @@ def test_train_writes_metrics_checkpoints_and_tensorboard(trained):
   assert any(f.startswith("events") for f in os.listdir(os.path.join(workdir, "tensorboard")))
 
 
+@pytest.mark.slow  # the default run has it through resumed == uninterrupted (checkpoint tests)
 def test_same_seed_same_loss_curve(trained, tmp_path):
   workdir, _ = trained
   trainer.train_and_evaluate(tiny_config(), str(tmp_path))
