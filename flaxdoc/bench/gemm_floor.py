@@ -200,8 +200,9 @@ def time_dot(dot: Dot, iters: int, chain: int = 16) -> float:
   import jax  # pylint: disable=import-outside-toplevel
   f, args = chained_products(dot, chain)
   f = jax.jit(f)
-  if f(*args)[0].shape != dot.out:
-    raise ValueError(f"gemm_floor: {dot} gives shape {f(*args)[0].shape}")
+  shape = f(*args)[0].shape
+  if shape != dot.out:
+    raise ValueError(f"gemm_floor: {dot} gives shape {shape}")
   return common.time_back_to_back(lambda: f(*args), warmup=2, iters=iters) / len(args[0])
 
 
@@ -228,6 +229,10 @@ def time_adamw(tx, params, opt_state, iters: int) -> float:
   return common.time_back_to_back(call, warmup=2, iters=iters)
 
 
+def _label(shape: tuple[int, ...], dtype: str) -> str:
+  return f"{'x'.join(map(str, shape))} {dtype}"
+
+
 def run(length: int, batch: int, dtype: str, etc_kernel: str, gcn_kernel: str, iters: int,
         local: bool, peak_tflops: float, step_ms: float | None = None):
   """`(summary_row, dot_rows)` for the step at these sizes."""
@@ -242,9 +247,8 @@ def run(length: int, batch: int, dtype: str, etc_kernel: str, gcn_kernel: str, i
   rows = []
   for dot, n in counts.items():
     seconds = time_dot(dot, iters)
-    rows.append(dict(lhs=f"{'x'.join(map(str, dot.lhs))} {dot.lhs_dtype}",
-                     rhs=f"{'x'.join(map(str, dot.rhs))} {dot.rhs_dtype}",
-                     out=f"{'x'.join(map(str, dot.out))} {dot.out_dtype}", count=n,
+    rows.append(dict(lhs=_label(dot.lhs, dot.lhs_dtype), rhs=_label(dot.rhs, dot.rhs_dtype),
+                     out=_label(dot.out, dot.out_dtype), count=n,
                      gflop=dot.flop / 1e9, ms_each=seconds * 1e3, ms_total=n * seconds * 1e3,
                      tflops=dot.flop / seconds / 1e12))
   gemm_ms = sum(r["ms_total"] for r in rows)

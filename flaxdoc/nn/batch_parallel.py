@@ -6,7 +6,7 @@ batch and runs the kernel on all of it (correct, but N devices do N times the wo
 move the batch between them). The fused kernels (`flaxdoc.nn.etc_pallas`,
 `flaxdoc.nn.gcn_pallas`) treat every example alone, so `over_batch` runs them under
 `jax.shard_map` on the rows each device holds, over the mesh axes the batch is split
-on: `BATCH_AXES`, those of flaxdoc's trainer (`flaxdoc.train.sharding.batch_sharding`).
+on: `BATCH_AXES`, which the trainer's `flaxdoc.train.sharding` splits the batch on too.
 The mesh is the one `jax.set_mesh` made current; without one (or with those axes of
 size 1) the kernel is called as it is.
 

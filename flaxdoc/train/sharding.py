@@ -19,12 +19,16 @@ import numpy as np
 from flax import linen as nn
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
+# The batch axes ("data", "fsdp") are defined once, where the fused kernels split their
+# work by them (they run per batch shard); the trainer splits the batch the same way.
+from flaxdoc.nn.batch_parallel import BATCH_AXES
+
 MESH_AXES = ("data", "fsdp", "tensor")
 
 # Sensible defaults: batch over data+fsdp; parameters' widest dims over fsdp;
 # heads and mlp over tensor. Unlisted logical names are replicated.
 DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
-    ("activation_batch", ("data", "fsdp")),
+    ("activation_batch", BATCH_AXES),
     ("activation_length", None),
     ("activation_embed", "tensor"),
     ("activation_heads", "tensor"),
@@ -83,7 +87,7 @@ def logical_shardings(abstract_tree, mesh: Mesh, rules) -> Any:
 
 def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
   """Leading (batch) dim over data and fsdp, the rest replicated."""
-  return NamedSharding(mesh, P(("data", "fsdp"), *([None] * (ndim - 1))))
+  return NamedSharding(mesh, P(BATCH_AXES, *([None] * (ndim - 1))))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
