@@ -4,7 +4,8 @@ r"""Accelerator figures: FormNet-A2 pre-training step, ETC vs dense attention, c
         [--lengths 1024 4096] [--batches 8 16] [--attention_lengths 2048 8192 16384]
         [--dtype bfloat16] [--peak_tflops 989] [--local] [--profile DIR]
         [--ablation full etc_rich etc] [--gcn_backward scatter_f32 scatter]
-        [--mlm_positions capped all] [--etc_kernel xla pallas] [--gcn_kernel xla pallas]
+        [--mlm_positions capped all] [--etc_kernel xla pallas]
+        [--gcn_kernel xla pallas pallas_saved]
 
 Three tables, each row in its own subprocess (so the device's `peak_bytes_in_use`
 belongs to that row alone):
@@ -506,9 +507,11 @@ def main(argv=None) -> int:
                  help="ETC's long queries as XLA arrays or in the fused Pallas kernel "
                       "(flaxdoc.nn.etc_pallas; not with --ablation etc, whose relative ids it "
                       "lacks); one row each")
-  p.add_argument("--gcn_kernel", nargs="+", default=["xla"], choices=["xla", "pallas"],
+  p.add_argument("--gcn_kernel", nargs="+", default=["xla"],
+                 choices=["xla", "pallas", "pallas_saved"],
                  help="the GCN's per-edge part as XLA arrays or in the fused Pallas kernels "
-                      "(flaxdoc.nn.gcn_pallas; only with --ablation full; --gcn_backward "
+                      "(flaxdoc.nn.gcn_pallas; pallas_saved keeps each edge's GELU for the "
+                      "backward; only with --ablation full; --gcn_backward "
                       "does not apply to them); one row each")
   p.add_argument("--timeout", type=float, default=600)
   p.add_argument("--local", action="store_true", help="shrunk model, for CPU smoke tests")

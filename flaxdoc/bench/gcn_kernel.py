@@ -1,13 +1,16 @@
 r"""One FormNet GCN layer: the XLA path against the fused kernels' tiles.
 
     python -m flaxdoc.bench.gcn_kernel [--json] [--batch 16] [--length 1024] [--dtype bfloat16]
-        [--graph local|random] [--tiles 16,32,32,4 ...] [--sweep] [--iters 20] [--local]
+        [--graph local|random] [--kernels pallas pallas_saved] [--tiles 16,32,32,4 ...]
+        [--sweep] [--iters 20] [--local]
 
 `flaxdoc.nn.gcn.GCNLayer` at FormNet-A2's sizes by default (768 wide, the message MLP's
 hidden layer `2E + F` wide, 8 neighbour slots, 70% of them real edges), `jax.jit` of the
 forward and of the gradients of the node states and every parameter. One row for
-`kernel="xla"` and one per `--tiles` (`block_nodes,block_hidden,block_edges,warps`,
-`flaxdoc.nn.gcn_pallas.Tiles`) with `kernel="pallas"`; `--sweep` adds a set of tilings.
+`kernel="xla"` and one per fused kernel (`--kernels`: "pallas" recomputes each edge's GELU
+in the backward, "pallas_saved" keeps it from the forward) and `--tiles`
+(`block_nodes,block_hidden,block_edges,warps`, `flaxdoc.nn.gcn_pallas.Tiles`); `--sweep`
+adds a set of tilings.
 Errors are against the XLA layer in float32 (`flaxdoc.bench.kernel_rows`). The graph's
 neighbours are within 32 tokens of the node (`local`: a page's spatial neighbours are
 near in reading order, so gathers hit the cache) or anywhere in the row (`random`, as
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import sys
 
 from flaxdoc.bench import kernel_rows
@@ -52,7 +56,7 @@ def parse_tiles(text: str):
 
 
 def make(p: Problem, dtype: str):
-  """`(args, xla_fn, kernel_fn(tiles), cotangent)`: `args = (h, params)`."""
+  """`(args, xla_fn, {kernel: kernel_fn(tiles)}, cotangent)`: `args = (h, params)`."""
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import numpy as np  # pylint: disable=import-outside-toplevel
@@ -91,13 +95,15 @@ def make(p: Problem, dtype: str):
   params = nn.unbox(gcn.GCNLayer(hidden_features=hidden).init(
       jax.random.key(1), h[:1].astype(jnp.float32), ids[:1], feats[:1], mask[:1])["params"])
   cotangent = jax.random.normal(jax.random.key(2), (b, n, e), jnp.float32)
-  return (h, params), layer("xla"), lambda tiles: layer("pallas", tiles), cotangent
+  fused = {k: functools.partial(layer, k) for k in gcn.KERNELS if k != "xla"}
+  return (h, params), layer("xla"), fused, cotangent
 
 
-def run(p: Problem, dtype: str, tiles: list, iters: int, check: bool = True):
-  """The XLA row, then one row per tiling (`flaxdoc.bench.kernel_rows.compare`)."""
+def run(p: Problem, dtype: str, tiles: list, iters: int, check: bool = True,
+        kernels: tuple[str, ...] = ("pallas",)):
+  """The XLA row, then one row per fused kernel and tiling (`kernel_rows.compare`)."""
   args, xla, fused, cotangent = make(p, dtype)
-  return kernel_rows.compare(args, xla, fused, cotangent, tiles, iters,
+  return kernel_rows.compare(args, xla, {k: fused[k] for k in kernels}, cotangent, tiles, iters,
                              dict(batch=p.batch, length=p.length, dtype=dtype, graph=p.graph),
                              check)
 
@@ -107,12 +113,16 @@ def main(argv=None) -> int:
   kernel_rows.add_arguments(ap, Problem.batch, Problem.length,
                             "block_nodes,block_hidden,block_edges,warps", SWEEP)
   ap.add_argument("--graph", default="local", choices=["local", "random"])
+  ap.add_argument("--kernels", nargs="+", default=["pallas", "pallas_saved"],
+                  choices=["pallas", "pallas_saved"],
+                  help="the fused forms: GELU recomputed in the backward, or saved")
   a = ap.parse_args(argv)
   from flaxdoc.nn import gcn_pallas  # pylint: disable=import-outside-toplevel
   p = LOCAL if a.local else Problem(batch=a.batch, length=a.length)
   p = dataclasses.replace(p, graph=a.graph)
   tiles = kernel_rows.tilings(a, parse_tiles, gcn_pallas.DEFAULT_TILES, SWEEP)
-  kernel_rows.emit(run(p, a.dtype, tiles, a.iters, check=not a.no_check), a,
+  kernel_rows.emit(run(p, a.dtype, tiles, a.iters, check=not a.no_check,
+                       kernels=tuple(a.kernels)), a,
                    "one FormNet GCN layer: XLA vs fused",
                    columns=kernel_rows.COLUMNS[:5] + ("graph",) + kernel_rows.COLUMNS[5:])
   return 0

@@ -37,9 +37,13 @@ def measure(fn, args, cotangent, iters: int):
   return fwd * 1e3, both * 1e3, forward(*args), grads(*args)
 
 
-def compare(args, xla: Callable, fused: Callable, cotangent, tiles: list, iters: int,
-            base: dict, check: bool = True) -> Iterator[dict]:
-  """The XLA row, then one row per tiling (a tiling that fails gets an `error` row)."""
+def compare(args, xla: Callable, fused: Callable | dict[str, Callable], cotangent, tiles: list,
+            iters: int, base: dict, check: bool = True) -> Iterator[dict]:
+  """The XLA row, then one row per tiling (a tiling that fails gets an `error` row).
+
+  `fused(tiles)` gives the fused form; a dict of them (by `impl` name) gives a row per
+  form and tiling.
+  """
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   reference = None
@@ -57,16 +61,18 @@ def compare(args, xla: Callable, fused: Callable, cotangent, tiles: list, iters:
   fwd, both, out, grads = measure(xla, args, cotangent, iters)
   xla_errors = errors(out, grads, "xla_")
   yield dict(base, impl="xla", tiles="-", fwd_ms=fwd, fwd_bwd_ms=both, **xla_errors)
-  for t in tiles:
-    label = ",".join(str(v) for v in dataclasses.astuple(t))
-    try:
-      f, fb, out, grads = measure(fused(t), args, cotangent, iters)
-    except Exception as e:  # pylint: disable=broad-except  # a tiling Triton refuses
-      yield dict(base, impl="pallas", tiles=label, error=f"{type(e).__name__}: {e}"[:300])
-      continue
-    yield dict(base, impl="pallas", tiles=label, fwd_ms=f, fwd_bwd_ms=fb,
-               speedup_fwd=fwd / f, speedup_fwd_bwd=both / fb, **errors(out, grads),
-               **xla_errors)
+  forms = fused if isinstance(fused, dict) else {"pallas": fused}
+  for impl, form in forms.items():
+    for t in tiles:
+      label = ",".join(str(v) for v in dataclasses.astuple(t))
+      try:
+        f, fb, out, grads = measure(form(t), args, cotangent, iters)
+      except Exception as e:  # pylint: disable=broad-except  # a tiling Triton refuses
+        yield dict(base, impl=impl, tiles=label, error=f"{type(e).__name__}: {e}"[:300])
+        continue
+      yield dict(base, impl=impl, tiles=label, fwd_ms=f, fwd_bwd_ms=fb,
+                 speedup_fwd=fwd / f, speedup_fwd_bwd=both / fb, **errors(out, grads),
+                 **xla_errors)
 
 
 # --------------------------------------------------------------------------- command line

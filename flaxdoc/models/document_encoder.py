@@ -114,8 +114,9 @@ class EncoderSpec:
   `fixed_bias` ("none" | "squircle" | "cross").
 
   Super-Tokens: `gcn_layers` (0 = off), `gcn_message_hidden` ("width" | "input"),
-  `gcn_kernel` ("xla" | "pallas": each layer's per-edge part in fused kernels,
-  `flaxdoc.nn.gcn_pallas`; no effect without GCN layers).
+  `gcn_kernel` ("xla" | "pallas" | "pallas_saved": each layer's per-edge part in fused
+  kernels, `flaxdoc.nn.gcn_pallas`, recomputing or saving each edge's GELU for the
+  backward; no effect without GCN layers).
   Heads: `tagging_hidden`, `local_order_head`.
   Implementation: `scan_layers`, `remat`, `remat_policy`.
   """
@@ -164,7 +165,7 @@ class EncoderSpec:
   # super-tokens and heads
   gcn_layers: int = 0
   gcn_message_hidden: str = "width"
-  gcn_kernel: str = "xla"  # "pallas": the fused per-edge kernels (flaxdoc.nn.gcn_pallas)
+  gcn_kernel: str = "xla"  # "pallas"/"pallas_saved": fused per-edge kernels (nn.gcn_pallas)
   tagging_hidden: bool = False
   local_order_head: bool = False
   # implementation

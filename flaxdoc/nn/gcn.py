@@ -37,7 +37,9 @@ instead of `O(L * K * (F + E) * H)`.
 
 `kernel="pallas"` computes the per-edge part (gather, edge part, GELU, score, softmax,
 pooled sum) and its gradient in fused Pallas kernels that never write a `[B, L, K, H]`
-array (`flaxdoc.nn.gcn_pallas`; GPUs, or Pallas' interpreter elsewhere). Same
+array (`flaxdoc.nn.gcn_pallas`; GPUs, or Pallas' interpreter elsewhere);
+`kernel="pallas_saved"` the same, keeping each edge's GELU output and slope for the
+backward instead of recomputing them (more memory, four fewer GELU passes). Same
 parameters, so checkpoints do not depend on it.
 
 `SuperTokenEncoder` builds the node input (token embedding concatenated with the six
@@ -124,8 +126,9 @@ def check_graph(h: Array, neighbor_ids: Array, neighbor_features: Array, neighbo
 # float32 (also the more accurate sum); "scatter": gather in the compute dtype.
 NEIGHBOR_GRADIENT = "scatter_f32"
 NEIGHBOR_GRADIENTS = ("scatter_f32", "scatter")
-# How a layer computes its per-edge part: as XLA arrays, or fused (`flaxdoc.nn.gcn_pallas`).
-KERNELS = ("xla", "pallas")
+# How a layer computes its per-edge part: as XLA arrays, or fused (`flaxdoc.nn.gcn_pallas`),
+# recomputing each edge's GELU in the backward or saving it from the forward.
+KERNELS = ("xla", "pallas", "pallas_saved")
 
 
 def gather_neighbors(x: Array, ids: Array) -> Array:
@@ -174,10 +177,13 @@ class GCNLayer(nn.Module):
     hidden_features: width of the message MLP's hidden layer (None: the node width).
     dropout_rate: dropout on the pooled hidden vector `sum_l a_kl x_kl` during training.
     layer_norm_epsilon: epsilon of the output LayerNorm.
-    kernel: "xla" (default) or "pallas": the per-edge part in the fused kernels of
-      `flaxdoc.nn.gcn_pallas` (GPU; the Pallas interpreter elsewhere, slow). The edge
-      features get no gradient there (they are data), and the score's constant
-      `b2 . w`, which a softmax does not see, is left out.
+    kernel: "xla" (default), "pallas" or "pallas_saved": the per-edge part in the fused
+      kernels of `flaxdoc.nn.gcn_pallas` (GPU; the Pallas interpreter elsewhere, slow).
+      The edge features get no gradient there (they are data), and the score's constant
+      `b2 . w`, which a softmax does not see, is left out. "pallas" keeps nothing per
+      edge for the backward and evaluates each edge's GELU five times a step;
+      "pallas_saved" keeps its output and slope (two `[B, L*K, H]` arrays a layer) and
+      evaluates it once.
     pallas_tiles: the kernels' `gcn_pallas.Tiles` (None: their defaults).
   """
   hidden_features: int | None = None
@@ -250,10 +256,10 @@ class GCNLayer(nn.Module):
                             name="attention")()
     kernel2, bias2, w_att = nn.dtypes.promote_dtype(kernel2, bias2, w_att, dtype=self.dtype)
     score_vec = kernel2 @ w_att[:, 0]  # [H]
-    if self.kernel == "pallas":
+    if self.kernel != "xla":
       pooled, weights = gcn_pallas.attention_pool(
           from_self, from_nb, edges, ids, neighbor_mask, kernel1[2 * width:], bias1, score_vec,
-          tiles=self.pallas_tiles)
+          tiles=self.pallas_tiles, save_activations=self.kernel == "pallas_saved")
       weights = weights.astype(self.dtype)  # [B, L, K]
     else:
       pooled, weights = self._attention_pool(from_self, from_nb, edges, ids, neighbor_mask,
@@ -295,7 +301,7 @@ class SuperTokenEncoder(nn.Module):
     message_hidden: hidden width of the message MLPs: "width" (`E`) or "input"
       (`2E + F`, FormNet's configs; see the module docstring).
     dropout_rate: dropout of each layer (on its pooled hidden vectors).
-    kernel: "xla" or "pallas" (see `GCNLayer`).
+    kernel: "xla", "pallas" or "pallas_saved" (see `GCNLayer`).
   """
   features: int
   num_layers: int = 12

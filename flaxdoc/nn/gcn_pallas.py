@@ -19,6 +19,14 @@ and `d We`) and one per *target* node tile (`d N`). The last is the gather's tra
 a scatter-add; it runs without atomics: XLA sorts a row's edges by target once, and each
 target tile sums its in-edges with a one-hot matrix product.
 
+`save_activations=True` (`GCNLayer(kernel="pallas_saved")`) trades memory for those
+recomputations: under differentiation the forward's scores kernel also writes every
+edge's GELU output and slope (two `[B, L*K, H]` arrays in the inputs' dtype, kept until
+the backward), the pooled sum and `d a` read them, the source-tile backward reads them
+and writes `d pre`, and the target-tile backward only sums `d pre` rows. GELU is
+evaluated once per edge element a step instead of five times; a forward that is not
+differentiated saves nothing either way.
+
 The edge features are treated as data: they get no gradient (the XLA path would give
 them one; nothing in flaxdoc trains them). The score's constant `b2 . w` is left out:
 a softmax does not see a constant. Kernels run on GPUs through Pallas' Triton backend,
@@ -97,6 +105,8 @@ def _specs(cfg):
       all_edge_features=pl.BlockSpec((None, rows, fp), lambda b, i, c: (b, 0, 0)),
       we=pl.BlockSpec((fp, bh), lambda b, i, c: (0, c)),
       chunk=pl.BlockSpec((bh,), lambda b, i, c: (c,)),
+      edge_rows=pl.BlockSpec((None, br, bh), lambda b, i, c: (b, i, c)),  # saved [B, rows, Hp]
+      all_edge_rows=pl.BlockSpec((None, rows, bh), lambda b, i, c: (b, 0, c)),
   )
 
 
@@ -158,64 +168,162 @@ def _source_grads(cfg, x, a, ds, dp):
                                       x["b1"], x["v"], a, ds, dp)
 
 
-def _target_grads(cfg, x, a, ds, dp):
-  """`d N` by target tile, from the row's edges sorted by target (see the kernel)."""
-  batch, sp = x["s"].shape[0], _specs(cfg)
+def _by_target(cfg, x):
+  """`(bounds [B, tiles + 1], order [B, rows + BE])`: each row's edges sorted by target,
+  and where each target tile's in-edges start (`kernels._sum_by_target`)."""
   lp, bl, be = cfg.padded_nodes, cfg.block_nodes, cfg.block_edges
   key = jnp.where(x["mask"], x["tgt"], lp)  # masked edges sort last, into no tile
   order = jnp.argsort(key, axis=-1, stable=True).astype(jnp.int32)  # [B, rows]
   sorted_key = jnp.take_along_axis(key, order, axis=-1)
   bounds = jax.vmap(lambda k: jnp.searchsorted(k, jnp.arange(0, lp + 1, bl), side="left"))(
       sorted_key).astype(jnp.int32)  # [B, tiles + 1]
-  order = jnp.pad(order, [(0, 0), (0, be)])  # a step may read up to BE past the end
+  return bounds, jnp.pad(order, [(0, 0), (0, be)])  # a step may read up to BE past the end
+
+
+def _by_target_specs(cfg):
+  return [pl.BlockSpec((None, cfg.node_tiles + 1), lambda b, i, c: (b, 0)),
+          pl.BlockSpec((None, cfg.rows + cfg.block_edges), lambda b, i, c: (b, 0))]
+
+
+def _target_grads(cfg, x, a, ds, dp):
+  """`d N` by target tile, from the row's edges sorted by target (see the kernel)."""
+  batch, sp = x["s"].shape[0], _specs(cfg)
+  bounds, order = _by_target(cfg, x)
   return _call(cfg, batch, functools.partial(kernels.target_grad_kernel, cfg),
-               [pl.BlockSpec((None, cfg.node_tiles + 1), lambda b, i, c: (b, 0)),
-                pl.BlockSpec((None, cfg.rows + be), lambda b, i, c: (b, 0)),
+               _by_target_specs(cfg) + [
                 sp["all_nodes"], sp["all_nodes"], sp["all_edges"], sp["all_edge_features"],
                 sp["we"], sp["chunk"], sp["chunk"], sp["all_edges"], sp["all_edges"],
                 sp["all_nodes"]],
                sp["node_tile"],
-               jax.ShapeDtypeStruct((batch, lp, cfg.padded_hidden), F32),
+               jax.ShapeDtypeStruct((batch, cfg.padded_nodes, cfg.padded_hidden), F32),
                "gcn_backward_target")(bounds, order, x["s"], x["n"], x["tgt"], x["e"],
                                       x["we"], x["b1"], x["v"], a, ds, dp)
+
+
+# --------------------------------------------------------------------------- saved activations
+def _saving_scores(cfg, x):
+  """The forward scores `[B, rows]` (float32), and every edge row's `x` and GELU slope
+  `[B, rows, Hp]` in the inputs' dtype."""
+  batch, sp = x["s"].shape[0], _specs(cfg)
+  saved = jax.ShapeDtypeStruct((batch, cfg.rows, cfg.padded_hidden), x["s"].dtype)
+  scores, hidden, slope = _call(
+      cfg, batch, functools.partial(kernels.saving_scores_kernel, cfg),
+      [sp["node_tile"], sp["all_nodes"], sp["edge_tile"], sp["edge_feature_tile"], sp["we"],
+       sp["chunk"], sp["chunk"]],
+      [pl.BlockSpec((None, None, cfg.block_rows), lambda b, i, c: (b, c, i)),
+       sp["edge_rows"], sp["edge_rows"]],
+      [jax.ShapeDtypeStruct((batch, cfg.hidden_chunks, cfg.rows), F32), saved, saved],
+      "gcn_saving_scores")(x["s"], x["n"], x["tgt"], x["e"], x["we"], x["b1"], x["v"])
+  return scores.sum(axis=1), hidden, slope
+
+
+def _saved_pool(cfg, hidden, a, out_dtype):
+  batch, sp = hidden.shape[0], _specs(cfg)
+  return _call(cfg, batch, functools.partial(kernels.saved_pool_kernel, cfg),
+               [sp["edge_rows"], sp["edge_tile"]], sp["node_tile"],
+               jax.ShapeDtypeStruct((batch, cfg.padded_nodes, cfg.padded_hidden), out_dtype),
+               "gcn_saved_pool")(hidden, a)
+
+
+def _saved_edge_dot(cfg, hidden, dp):
+  """`sum_h x[e, h] dp[src(e), h]` for every edge row: `[B, rows]` (float32)."""
+  batch, sp = hidden.shape[0], _specs(cfg)
+  out = _call(cfg, batch, functools.partial(kernels.saved_edge_dot_kernel, cfg),
+              [sp["edge_rows"], sp["node_tile"]],
+              pl.BlockSpec((None, None, cfg.block_rows), lambda b, i, c: (b, c, i)),
+              jax.ShapeDtypeStruct((batch, cfg.hidden_chunks, cfg.rows), F32),
+              "gcn_saved_edge_dot")(hidden, dp)
+  return out.sum(axis=1)
+
+
+def _saved_source_grads(cfg, x, hidden, slope, a, ds, dp):
+  batch, sp = hidden.shape[0], _specs(cfg)
+  nt, fp, hp, bh = cfg.node_tiles, cfg.padded_features, cfg.padded_hidden, cfg.block_hidden
+  return _call(cfg, batch, functools.partial(kernels.saved_source_grad_kernel, cfg),
+               [sp["edge_rows"], sp["edge_rows"], sp["edge_feature_tile"], sp["chunk"],
+                sp["edge_tile"], sp["edge_tile"], sp["node_tile"]],
+               [sp["node_tile"], pl.BlockSpec((None, None, bh), lambda b, i, c: (b, i, c)),
+                pl.BlockSpec((None, None, fp, bh), lambda b, i, c: (b, i, 0, c)),
+                sp["edge_rows"]],
+               [jax.ShapeDtypeStruct((batch, cfg.padded_nodes, hp), F32),
+                jax.ShapeDtypeStruct((batch, nt, hp), F32),
+                jax.ShapeDtypeStruct((batch, nt, fp, hp), F32),
+                jax.ShapeDtypeStruct((batch, cfg.rows, hp), hidden.dtype)],
+               "gcn_saved_backward_source")(hidden, slope, x["e"], x["v"], a, ds, dp)
+
+
+def _saved_target_grads(cfg, x, d_pre):
+  batch, sp = d_pre.shape[0], _specs(cfg)
+  bounds, order = _by_target(cfg, x)
+  return _call(cfg, batch, functools.partial(kernels.saved_target_grad_kernel, cfg),
+               _by_target_specs(cfg) + [sp["all_edges"], sp["all_edge_rows"]],
+               sp["node_tile"],
+               jax.ShapeDtypeStruct((batch, cfg.padded_nodes, cfg.padded_hidden), F32),
+               "gcn_saved_backward_target")(bounds, order, x["tgt"], d_pre)
 
 
 # --------------------------------------------------------------------------- custom VJP
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _attention_pool(cfg, s, n, edges, ids, mask, we, b1, v):
-  return _attention_pool_fwd(cfg, s, n, edges, ids, mask, we, b1, v)[0]
+  # Not differentiated (inference): nothing needs saving, whatever `cfg.save_activations`.
+  x = _prepare(cfg, s, n, edges, ids, mask, we, b1, v)
+  a = _softmax(cfg, _edge_dot(cfg, x, x["v"], per_node_u=False), x["mask"])
+  return _outputs(cfg, _pool(cfg, x, a, s.dtype), a)
+
+
+def _outputs(cfg, pooled, a):
+  """The padded pooled vectors and weights cropped to `([B, L, H], [B, L, K])`."""
+  batch = pooled.shape[0]
+  weights = a.reshape(batch, cfg.padded_nodes, cfg.padded_slots)[:, :cfg.nodes, :cfg.slots]
+  return pooled[:, :cfg.nodes, :cfg.hidden], weights
 
 
 def _attention_pool_fwd(cfg, s, n, edges, ids, mask, we, b1, v):
   x = _prepare(cfg, s, n, edges, ids, mask, we, b1, v)
-  a = _softmax(cfg, _edge_dot(cfg, x, x["v"], per_node_u=False), x["mask"])
-  pooled = _pool(cfg, x, a, s.dtype)
-  batch = s.shape[0]
-  weights = a.reshape(batch, cfg.padded_nodes, cfg.padded_slots)[:, :cfg.nodes, :cfg.slots]
-  return (pooled[:, :cfg.nodes, :cfg.hidden], weights), (s, n, edges, ids, mask, we, b1, v, a)
+  if not cfg.save_activations:
+    a = _softmax(cfg, _edge_dot(cfg, x, x["v"], per_node_u=False), x["mask"])
+    return _outputs(cfg, _pool(cfg, x, a, s.dtype), a), (s, n, edges, ids, mask, we, b1, v, a)
+  scores, hidden, slope = _saving_scores(cfg, x)
+  a = _softmax(cfg, scores, x["mask"])
+  # `s` and `n` are not needed again: an empty array carries their dtype to the backward.
+  res = (jnp.zeros((0,), s.dtype), edges, ids, mask, we, b1, v, a, hidden, slope)
+  return _outputs(cfg, _saved_pool(cfg, hidden, a, s.dtype), a), res
 
 
 def _attention_pool_bwd(cfg, res, grads):
-  s, n, edges, ids, mask, we, b1, v, a = res
   d_pooled, d_weights = grads
-  x = _prepare(cfg, s, n, edges, ids, mask, we, b1, v)
-  batch, lp, kp = s.shape[0], cfg.padded_nodes, cfg.padded_slots
+  if cfg.save_activations:
+    dtype, edges, ids, mask, we, b1, v, a, hidden, slope = res
+    dtype = dtype.dtype
+    shape = (a.shape[0], cfg.nodes, cfg.hidden)
+    x = _prepare(cfg, jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), edges, ids, mask, we,
+                 b1, v)  # the zero node parts are never read: XLA drops them
+  else:
+    s, n, edges, ids, mask, we, b1, v, a = res
+    dtype = s.dtype
+    x = _prepare(cfg, s, n, edges, ids, mask, we, b1, v)
+  batch, lp, kp = a.shape[0], cfg.padded_nodes, cfg.padded_slots
   dp = jnp.pad(d_pooled.astype(F32), [(0, 0), (0, lp - cfg.nodes), (0, cfg.padded_hidden
                                                                      - cfg.hidden)])
-  d_a = _edge_dot(cfg, x, dp, per_node_u=True) + jnp.pad(
-      d_weights.astype(F32), [(0, 0), (0, lp - cfg.nodes), (0, kp - cfg.slots)]).reshape(
-          batch, cfg.rows)
+  d_a = _saved_edge_dot(cfg, hidden, dp) if cfg.save_activations else _edge_dot(
+      cfg, x, dp, per_node_u=True)
+  d_a += jnp.pad(d_weights.astype(F32), [(0, 0), (0, lp - cfg.nodes),
+                                          (0, kp - cfg.slots)]).reshape(batch, cfg.rows)
   # Softmax backward per node: ds = a (da - sum_k a da); zero where a is (masked slots).
   a3, d_a3 = a.reshape(batch, lp, kp), d_a.reshape(batch, lp, kp)
   ds = (a3 * (d_a3 - jnp.sum(a3 * d_a3, axis=-1, keepdims=True))).reshape(batch, cfg.rows)
-  d_s, d_v, d_we = _source_grads(cfg, x, a, ds, dp)
-  d_n = _target_grads(cfg, x, a, ds, dp)
-  nodes, hidden, feats = cfg.nodes, cfg.hidden, cfg.features
-  return (d_s[:, :nodes, :hidden].astype(s.dtype), d_n[:, :nodes, :hidden].astype(n.dtype),
-          None, None, None,
-          d_we.sum(axis=(0, 1))[:feats, :hidden].astype(we.dtype),
-          d_s.sum(axis=(0, 1))[:hidden].astype(b1.dtype),
-          d_v.sum(axis=(0, 1))[:hidden].astype(v.dtype))
+  if cfg.save_activations:
+    d_s, d_v, d_we, d_pre = _saved_source_grads(cfg, x, hidden, slope, a, ds, dp)
+    d_n = _saved_target_grads(cfg, x, d_pre)
+  else:
+    d_s, d_v, d_we = _source_grads(cfg, x, a, ds, dp)
+    d_n = _target_grads(cfg, x, a, ds, dp)
+  nodes, hidden_width, feats = cfg.nodes, cfg.hidden, cfg.features
+  return (d_s[:, :nodes, :hidden_width].astype(dtype),
+          d_n[:, :nodes, :hidden_width].astype(dtype), None, None, None,
+          d_we.sum(axis=(0, 1))[:feats, :hidden_width].astype(we.dtype),
+          d_s.sum(axis=(0, 1))[:hidden_width].astype(b1.dtype),
+          d_v.sum(axis=(0, 1))[:hidden_width].astype(v.dtype))
 
 
 _attention_pool.defvjp(_attention_pool_fwd, _attention_pool_bwd)
@@ -224,6 +332,7 @@ _attention_pool.defvjp(_attention_pool_fwd, _attention_pool_bwd)
 def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
                    neighbor_ids: Array, neighbor_mask: Array, edge_kernel: Array,
                    bias: Array, score_vector: Array, *, tiles: Tiles | None = None,
+                   save_activations: bool = False,
                    interpret: bool | None = None) -> tuple[Array, Array]:
   """FormNet's GCN message attention, fused: `(pooled [B, L, H], weights [B, L, K])`.
 
@@ -242,6 +351,10 @@ def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
     neighbor_mask: bool `[B, L, K]`.
     edge_kernel: `[F, H]`; bias, score_vector: `[H]`.
     tiles: `Tiles` (default `DEFAULT_TILES`).
+    save_activations: when differentiated, the forward keeps every edge's GELU output and
+      slope (two `[B, L*K, H]` arrays in `from_self`'s dtype) and the backward evaluates
+      no GELU (five evaluations per element become one); False recomputes them, keeping
+      nothing per edge.
     interpret: run the Pallas interpreter (default: when the backend is not a GPU).
 
   Returns:
@@ -289,7 +402,8 @@ def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
   bf16 = from_self.dtype == jnp.bfloat16
   cfg = Config(nodes=nodes, slots=slots, features=features, hidden=hidden,
                block_nodes=t.block_nodes, block_hidden=t.block_hidden,
-               block_edges=t.block_edges, warps=t.warps, interpret=bool(interpret), bf16=bf16)
+               block_edges=t.block_edges, warps=t.warps, interpret=bool(interpret), bf16=bf16,
+               save_activations=bool(save_activations))
   args = (from_self, from_neighbor.astype(from_self.dtype),
           jax.lax.stop_gradient(jnp.asarray(edge_features, F32)),
           jnp.asarray(neighbor_ids, jnp.int32), jnp.asarray(neighbor_mask, bool),

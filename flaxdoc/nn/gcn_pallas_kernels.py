@@ -12,6 +12,12 @@ recomputes the message MLP's pre-activation from per-node vectors,
 (`S`: the self part of the first layer, `N`: its neighbour part, both `[Lp, Hp]` per
 row; `E`: the edge features; `We`: the first layer's edge rows), so nothing `[L, K, H]`
 is ever written to memory. `Config` carries the static sizes.
+
+With `Config.save_activations` (`GCNLayer(kernel="pallas_saved")`) the forward's scores
+kernel also writes each edge row's `x` and GELU slope `gelu'(pre)`, and the `saved_*`
+kernels read them instead of evaluating GELU again; the source-side backward then also
+writes `d pre`, which the target side only sums. GELU runs once per element a step
+instead of five times, for two `[rows, H]` arrays kept per layer until the backward.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ class Config:
   warps: int
   interpret: bool
   bf16: bool  # the inputs are bfloat16: dots take bfloat16 operands (float32 accumulation)
+  save_activations: bool = False  # the forward keeps x and gelu'(pre) for the backward
 
   @property
   def padded_slots(self) -> int:  # Kp: whole edge rows per node, a power of two
@@ -151,12 +158,17 @@ def pool_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, b1_ref, a_ref, out_re
   out_ref[...] = _per_node(cfg, a_ref[...][:, None] * x).astype(out_ref.dtype)
 
 
+def _d_hidden(a, ds, dp_rows, v_ref):
+  """`dx = a dP + ds v` of edge rows: the gradient through the pooled sum (`dp_rows`, the
+  pooled gradient of each edge's source node) and through the score (`ds`)."""
+  return a[:, None] * dp_rows + ds[:, None] * v_ref[...].astype(F32)[None, :]
+
+
 def _pre_grad(cfg, pre, a, ds, dp_rows, v_ref):
-  """`(x, d pre)` of edge rows from the pooled gradient `dp_rows` and the score gradient `ds`:
-  `dx = a dP + ds v` (the pooled sum and the score), `d pre = dx * gelu'(pre)`."""
+  """`(x, d pre)` of edge rows, `d pre = dx * gelu'(pre)`."""
+  del cfg
   x, slope = gelu_and_grad(pre)
-  dx = a[:, None] * dp_rows + ds[:, None] * v_ref[...].astype(F32)[None, :]
-  return x, dx * slope
+  return x, _d_hidden(a, ds, dp_rows, v_ref) * slope
 
 
 def source_grad_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, b1_ref, v_ref, a_ref, ds_ref,
@@ -174,17 +186,16 @@ def source_grad_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, b1_ref, v_ref,
 
 
 # --------------------------------------------------------------------------- target-side backward
-def target_grad_kernel(cfg, bounds_ref, order_ref, s_ref, n_ref, tgt_ref, e_ref, we_ref, b1_ref,
-                       v_ref, a_ref, ds_ref, dp_ref, d_nb_ref):
-  """Backward, per target node tile: `d N[j] = sum over edges e with tgt(e) = j of d pre[e]`.
+def _sum_by_target(cfg, bounds_ref, order_ref, tgt_ref, d_pre_of, out_ref):
+  """`out[j] = sum over edges e with tgt(e) = j of d pre[e]` for this target tile's nodes.
 
   `order` lists a row's edges sorted by target (masked edges last, outside every tile);
   `bounds[i]:bounds[i + 1]` are the positions of the edges into tile `i`. They are taken
-  `BE` at a time, their `d pre` recomputed, and summed into the tile's rows with a one-hot
-  matrix product: a scatter-add without atomics.
+  `BE` at a time, `d_pre_of(edge, tgt)` gives their `[BE, BH]` rows, summed into the
+  tile's rows with a one-hot matrix product: a scatter-add without atomics.
   """
   i = pl.program_id(1)
-  bl, be, kp = cfg.block_nodes, cfg.block_edges, cfg.padded_slots
+  bl, be = cfg.block_nodes, cfg.block_edges
   start, end = bounds_ref[i], bounds_ref[i + 1]
   first_node = i * bl
 
@@ -192,13 +203,64 @@ def target_grad_kernel(cfg, bounds_ref, order_ref, s_ref, n_ref, tgt_ref, e_ref,
     pos = start + step * be
     edge = order_ref[pl.ds(pos, be)]  # [BE] edge ids (order is padded by BE)
     valid = (pos + lax.iota(jnp.int32, be)) < end
-    src = edge // kp
     tgt = tgt_ref[edge]
-    pre = _pre(cfg, s_ref[src, :].astype(F32), n_ref, tgt, e_ref[edge, :], we_ref, b1_ref)
-    _, d_pre = _pre_grad(cfg, pre, a_ref[edge], ds_ref[edge], dp_ref[src, :].astype(F32), v_ref)
     onehot = ((tgt - first_node)[None, :] == lax.iota(jnp.int32, bl)[:, None]) & valid[None, :]
-    return acc + _dot(cfg, onehot.astype(F32), d_pre)
+    return acc + _dot(cfg, onehot.astype(F32), d_pre_of(edge, tgt))
 
   steps = (end - start + be - 1) // be
-  acc = lax.fori_loop(0, steps, body, jnp.zeros((bl, d_nb_ref.shape[-1]), F32))
-  d_nb_ref[...] = acc
+  out_ref[...] = lax.fori_loop(0, steps, body, jnp.zeros((bl, out_ref.shape[-1]), F32))
+
+
+def target_grad_kernel(cfg, bounds_ref, order_ref, s_ref, n_ref, tgt_ref, e_ref, we_ref, b1_ref,
+                       v_ref, a_ref, ds_ref, dp_ref, d_nb_ref):
+  """Backward, per target node tile: `d N[j] = sum over edges e with tgt(e) = j of d pre[e]`,
+  each in-edge's `d pre` recomputed from the per-node vectors."""
+  kp = cfg.padded_slots
+
+  def d_pre_of(edge, tgt):
+    src = edge // kp
+    pre = _pre(cfg, s_ref[src, :].astype(F32), n_ref, tgt, e_ref[edge, :], we_ref, b1_ref)
+    return _pre_grad(cfg, pre, a_ref[edge], ds_ref[edge], dp_ref[src, :].astype(F32), v_ref)[1]
+
+  _sum_by_target(cfg, bounds_ref, order_ref, tgt_ref, d_pre_of, d_nb_ref)
+
+
+# --------------------------------------------------------------------------- saved activations
+def saving_scores_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, b1_ref, u_ref, out_ref,
+                         x_ref, slope_ref):
+  """The forward scores (as `edge_dot_kernel`), also writing the tile's `x` and `gelu'(pre)`."""
+  s_rows = _per_edge(cfg, s_ref[...].astype(F32))
+  x, slope = gelu_and_grad(_pre(cfg, s_rows, n_ref, tgt_ref[...], e_ref[...], we_ref, b1_ref))
+  x_ref[...] = x.astype(x_ref.dtype)
+  slope_ref[...] = slope.astype(slope_ref.dtype)
+  out_ref[...] = jnp.sum(x * u_ref[...].astype(F32)[None, :], axis=1)
+
+
+def saved_pool_kernel(cfg, x_ref, a_ref, out_ref):
+  """`pooled[l, h] = sum_k a[l, k] x[l, k, h]` from the saved `x`."""
+  out_ref[...] = _per_node(cfg, a_ref[...][:, None] * x_ref[...].astype(F32)).astype(
+      out_ref.dtype)
+
+
+def saved_edge_dot_kernel(cfg, x_ref, u_ref, out_ref):
+  """`out[e] = sum_h x[e, h] u[src(e), h]` over this chunk, from the saved `x`."""
+  out_ref[...] = jnp.sum(x_ref[...].astype(F32) * _per_edge(cfg, u_ref[...].astype(F32)), axis=1)
+
+
+def saved_source_grad_kernel(cfg, x_ref, slope_ref, e_ref, v_ref, a_ref, ds_ref, dp_ref,
+                             d_self_ref, d_v_ref, d_we_ref, d_pre_ref):
+  """As `source_grad_kernel` from the saved `x` and slope; also writes `d pre` for the
+  target side."""
+  x, ds = x_ref[...].astype(F32), ds_ref[...]
+  d_pre = _d_hidden(a_ref[...], ds, _per_edge(cfg, dp_ref[...].astype(F32)), v_ref) * (
+      slope_ref[...].astype(F32))
+  d_pre_ref[...] = d_pre.astype(d_pre_ref.dtype)
+  d_self_ref[...] = _per_node(cfg, d_pre)
+  d_v_ref[...] = jnp.sum(ds[:, None] * x, axis=0)
+  d_we_ref[...] = _dot(cfg, e_ref[...], d_pre, trans_a=True)
+
+
+def saved_target_grad_kernel(cfg, bounds_ref, order_ref, tgt_ref, d_pre_ref, d_nb_ref):
+  """`d N` per target tile (as `target_grad_kernel`), summing the written `d pre` rows."""
+  _sum_by_target(cfg, bounds_ref, order_ref, tgt_ref, lambda edge, tgt: d_pre_ref[edge, :],
+                 d_nb_ref)

@@ -17,16 +17,19 @@ def test_tiles_parse_and_the_sweep_is_valid():
 
 
 @pytest.mark.slow  # the kernels' own tests cover the values; this is the bench's plumbing
-@pytest.mark.parametrize("graph", ["local", "random"])
-def test_rows_report_times_and_errors_against_float32(graph):
+@pytest.mark.parametrize("graph, kernels", [("local", ("pallas", "pallas_saved")),
+                                            ("random", ("pallas",))])
+def test_rows_report_times_and_errors_against_float32(graph, kernels):
   p = dataclasses.replace(gcn_kernel.LOCAL, graph=graph)
-  rows = list(gcn_kernel.run(p, "float32", [gcn_pallas.Tiles(8, 16, 16, 4)], iters=1))
-  assert [r["impl"] for r in rows] == ["xla", "pallas"]
-  xla, fused = rows
-  assert xla["fwd_ms"] > 0 and fused["fwd_bwd_ms"] > 0
+  rows = list(gcn_kernel.run(p, "float32", [gcn_pallas.Tiles(8, 16, 16, 4)], iters=1,
+                             kernels=kernels))
+  assert [r["impl"] for r in rows] == ["xla", *kernels]
+  xla, *fused_rows = rows
   assert xla["xla_out_err"] == 0 and xla["xla_grad_err"] == 0  # float32 against itself
-  assert fused["out_err"] < 1e-5 and fused["grad_err"] < 1e-5
-  assert fused["speedup_fwd"] == pytest.approx(xla["fwd_ms"] / fused["fwd_ms"])
+  for fused in fused_rows:
+    assert xla["fwd_ms"] > 0 and fused["fwd_bwd_ms"] > 0
+    assert fused["out_err"] < 1e-5 and fused["grad_err"] < 1e-5
+    assert fused["speedup_fwd"] == pytest.approx(xla["fwd_ms"] / fused["fwd_ms"])
 
 
 def test_unknown_graph_is_an_error():

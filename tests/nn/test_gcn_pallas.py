@@ -10,6 +10,8 @@ lacks fails here, not on the first GPU.
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -50,9 +52,10 @@ def problem(seed=0, b=2, nodes=37, k=5, f=11, h=70):
               b1=normal(h), v=normal(h))
 
 
-def fused(tiles=SMALL):
+def fused(tiles=SMALL, save=False):
   def run(s, n, e, ids, mask, we, b1, v):
-    return gp.attention_pool(s, n, e, ids, mask, we, b1, v, tiles=tiles, interpret=True)
+    return gp.attention_pool(s, n, e, ids, mask, we, b1, v, tiles=tiles, interpret=True,
+                             save_activations=save)
   return run
 
 
@@ -81,32 +84,34 @@ def test_erf_and_gelu_pieces_match_scipy_and_autodiff():
   np.testing.assert_allclose(np.asarray(slope), np.asarray(exact), atol=2e-6)
 
 
-def check_against_reference(p, tiles=SMALL, seed=5, zero=()):
+def check_against_reference(p, tiles=SMALL, seed=5, zero=(), save=False):
   """Values and the gradients of every differentiable input, against `reference`
   (those named in `zero` are zero by the problem's construction)."""
   rng = np.random.default_rng(seed)
   cots = (jnp.asarray(rng.normal(size=p["s"].shape), jnp.float32),
           jnp.asarray(rng.normal(size=p["mask"].shape), jnp.float32))
-  for g, w in zip(fused(tiles)(**p), reference(**p)):
+  for g, w in zip(fused(tiles, save)(**p), reference(**p)):
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-5)
-  for name, g, w in zip(DIFF, grads(fused(tiles), p, cots), grads(reference, p, cots)):
+  for name, g, w in zip(DIFF, grads(fused(tiles, save), p, cots), grads(reference, p, cots)):
     scale = float(jnp.abs(w).max())
     assert (scale == 0) == (name in zero), name  # no comparison passes by being all zero
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=0,
                                atol=2e-5 * max(scale, 1e-6), err_msg=name)
 
 
-@pytest.mark.parametrize("tiles", [SMALL, pytest.param(gp.Tiles(block_nodes=8, block_hidden=16,
-                                                                block_edges=32),
-                                                       marks=pytest.mark.slow)])
-def test_values_and_gradients_match_the_reference(tiles):
+@pytest.mark.parametrize("tiles, save", [
+    (SMALL, False), (SMALL, True),  # recomputing every edge's GELU, or saving it
+    pytest.param(gp.Tiles(block_nodes=8, block_hidden=16, block_edges=32), False,
+                 marks=pytest.mark.slow)])
+def test_values_and_gradients_match_the_reference(tiles, save):
   p = problem()
-  check_against_reference(p, tiles)
-  pooled, weights = fused(tiles)(**p)
+  check_against_reference(p, tiles, save=save)
+  pooled, weights = fused(tiles, save)(**p)
   assert not np.asarray(weights)[0, 3].any() and not np.asarray(pooled)[0, 3].any()
 
 
-def test_every_slot_valid_and_the_last_step_reading_past_the_edges():
+@pytest.mark.parametrize("save", [False, True])
+def test_every_slot_valid_and_the_last_step_reading_past_the_edges(save):
   """No masked edge sorts last, so the last target tile's last step reads the order's
   padding (edge 0, whose target is in that tile): only the step's `valid` mask keeps it out."""
   b, nodes, k = 2, 16, 4
@@ -115,7 +120,8 @@ def test_every_slot_valid_and_the_last_step_reading_past_the_edges():
   ids[(ids < 0) | (ids >= 12)] = 0  # in range (padding held junk); few in-edges into the
   # last tile (nodes 12-15): fewer than BE
   ids[:, 0, 0] = nodes - 1  # edge 0 points into it
-  check_against_reference(dict(p, ids=jnp.asarray(ids), mask=jnp.ones((b, nodes, k), bool)))
+  check_against_reference(dict(p, ids=jnp.asarray(ids), mask=jnp.ones((b, nodes, k), bool)),
+                          save=save)
 
 
 @pytest.mark.parametrize("shape", [
@@ -152,10 +158,11 @@ def test_no_gradient_reaches_the_edge_features():
   assert not np.asarray(d_e).any()
 
 
-def test_bfloat16_inputs_stay_close_to_float32():
+@pytest.mark.parametrize("save", [False, True])  # saved: x, its slope and d pre in bfloat16
+def test_bfloat16_inputs_stay_close_to_float32(save):
   p = problem(seed=1)
   low = dict(p, s=p["s"].astype(jnp.bfloat16), n=p["n"].astype(jnp.bfloat16))
-  pooled, weights = fused()(**low)
+  pooled, weights = fused(save=save)(**low)
   assert pooled.dtype == jnp.bfloat16 and weights.dtype == jnp.float32
   rounded = dict(p, s=low["s"].astype(jnp.float32), n=low["n"].astype(jnp.float32))
   want, want_w = reference(**rounded)
@@ -165,7 +172,8 @@ def test_bfloat16_inputs_stay_close_to_float32():
   rng = np.random.default_rng(6)
   cots = (jnp.asarray(rng.normal(size=p["s"].shape), jnp.float32),
           jnp.asarray(rng.normal(size=p["mask"].shape), jnp.float32))
-  for name, g, w in zip(DIFF, grads(fused(), low, cots), grads(reference, rounded, cots)):
+  for name, g, w in zip(DIFF, grads(fused(save=save), low, cots),
+                        grads(reference, rounded, cots)):
     assert g.dtype == low[name].dtype, name
     err = float(jnp.linalg.norm(g.astype(jnp.float32) - w) / jnp.linalg.norm(w))
     assert err < 2e-2, (name, err)  # ~0.8% measured: dots on bfloat16 operands
@@ -186,26 +194,28 @@ def test_layer_kernels_share_parameters_and_agree():
   h, ids, feats, mask, node_mask = layer_inputs()
   hidden = 2 * h.shape[-1] + feats.shape[-1]
   xla = GCNLayer(hidden_features=hidden)
-  pallas = GCNLayer(hidden_features=hidden, kernel="pallas")
   params = nn.unbox(xla.init(jax.random.key(0), h, ids, feats, mask, node_mask))
   rng = np.random.default_rng(2)  # weights far from the 0.02 init: a peaked softmax
   params = jax.tree.map(lambda a: a + rng.normal(size=a.shape).astype(np.float32) * 0.3, params)
-  assert jax.tree.structure(params) == jax.tree.structure(
-      nn.unbox(pallas.init(jax.random.key(0), h, ids, feats, mask, node_mask)))
   cot = rng.normal(size=h.shape).astype(np.float32)
 
   def run(module):
     f = lambda p: jnp.sum(module.apply(p, h, ids, feats, mask, node_mask) * cot)  # noqa: E731
     return module.apply(params, h, ids, feats, mask, node_mask), jax.grad(f)(params)
 
-  (out_x, g_x), (out_p, g_p) = run(xla), run(pallas)
-  np.testing.assert_allclose(np.asarray(out_p), np.asarray(out_x), atol=3e-5)
-  for path, gx in jax.tree_util.tree_leaves_with_path(g_x):
-    gp_ = dict(jax.tree_util.tree_leaves_with_path(g_p))[path]
-    # b2 reaches the score only through a constant the softmax cancels: ~0 either way.
-    np.testing.assert_allclose(np.asarray(gp_), np.asarray(gx), rtol=0,
-                               atol=5e-5 * max(float(jnp.abs(gx).max()), 1.0),
-                               err_msg=jax.tree_util.keystr(path))
+  out_x, g_x = run(xla)
+  for kernel in ("pallas", "pallas_saved"):
+    fused_layer = GCNLayer(hidden_features=hidden, kernel=kernel)
+    assert jax.tree.structure(params) == jax.tree.structure(
+        nn.unbox(fused_layer.init(jax.random.key(0), h, ids, feats, mask, node_mask)))
+    out_p, g_p = run(fused_layer)
+    np.testing.assert_allclose(np.asarray(out_p), np.asarray(out_x), atol=3e-5, err_msg=kernel)
+    for path, gx in jax.tree_util.tree_leaves_with_path(g_x):
+      gp_ = dict(jax.tree_util.tree_leaves_with_path(g_p))[path]
+      # b2 reaches the score only through a constant the softmax cancels: ~0 either way.
+      np.testing.assert_allclose(np.asarray(gp_), np.asarray(gx), rtol=0,
+                                 atol=5e-5 * max(float(jnp.abs(gx).max()), 1.0),
+                                 err_msg=f"{kernel} {jax.tree_util.keystr(path)}")
 
 
 def test_super_token_encoder_passes_the_kernel_on():
@@ -217,24 +227,39 @@ def test_super_token_encoder_passes_the_kernel_on():
   np.testing.assert_allclose(np.asarray(outs[1]), np.asarray(outs[0]), atol=3e-5)
 
 
+RECOMPUTING = ["gcn_backward_source", "gcn_backward_target", "gcn_edge_dot", "gcn_pool"]
+SAVING = ["gcn_saved_backward_source", "gcn_saved_backward_target", "gcn_saved_edge_dot",
+          "gcn_saved_pool", "gcn_saving_scores"]
+
+
+@pytest.mark.parametrize("save", [False, True])
 @pytest.mark.parametrize("nodes, k, f, h, dtype", [
     (64, 8, 12, 1548, jnp.bfloat16),  # FormNet-A2's hidden width: not a multiple of the chunk
     (37, 5, 11, 70, jnp.float32),  # nothing a power of two or a multiple of a tile
 ])
-def test_lowers_to_triton_for_a_gpu(nodes, k, f, h, dtype):
-  """Forward and backward lowered for CUDA on this CPU: five Triton kernels."""
+def test_lowers_to_triton_for_a_gpu(nodes, k, f, h, dtype, save):
+  """Forward and backward lowered for CUDA on this CPU: five Triton kernels (the scores'
+  kernel twice when recomputing); the forward alone saves nothing either way."""
   b = 2
   s = jnp.zeros((b, nodes, h), dtype)
   ids, mask = jnp.zeros((b, nodes, k), jnp.int32), jnp.ones((b, nodes, k), bool)
   e = jnp.zeros((b, nodes, k, f))
 
   def step(s, n, we, b1, v):
-    pooled, weights = gp.attention_pool(s, n, e, ids, mask, we, b1, v, interpret=False)
+    pooled, weights = gp.attention_pool(s, n, e, ids, mask, we, b1, v, interpret=False,
+                                        save_activations=save)
     return pooled.astype(jnp.float32).sum() + weights.sum()
 
-  lowered = jax.jit(jax.grad(step, argnums=(0, 1, 2, 3, 4))).trace(
-      s, s, jnp.zeros((f, h)), jnp.zeros(h), jnp.zeros(h)).lower(lowering_platforms=("cuda",))
-  assert lowered.as_text().count("xla.gpu.triton") == 5
+  def kernels(fn):
+    text = jax.jit(fn).trace(s, s, jnp.zeros((f, h)), jnp.zeros(h), jnp.zeros(h)).lower(
+        lowering_platforms=("cuda",)).as_text()
+    names = re.findall(r'name = "(gcn_[a-z_]+)"', text)
+    assert len(names) == text.count("xla.gpu.triton")
+    return sorted(set(names)), len(names)
+
+  assert kernels(jax.grad(step, argnums=(0, 1, 2, 3, 4))) == (SAVING, 5) if save else (
+      RECOMPUTING, 5)
+  assert kernels(step) == (["gcn_edge_dot", "gcn_pool"], 2)
 
 
 def test_off_a_gpu_the_interpreter_runs_with_a_warning():
@@ -268,3 +293,4 @@ def test_layer_and_spec_name_a_bad_kernel():
   with pytest.raises(ValueError, match="gcn_kernel"):
     EncoderSpec(gcn_layers=1, gcn_kernel="triton").validate()
   EncoderSpec(gcn_layers=1, gcn_kernel="pallas").validate()
+  EncoderSpec(gcn_layers=1, gcn_kernel="pallas_saved").validate()
