@@ -10,7 +10,8 @@ forward and of the gradients of the node states and every parameter. One row for
 `kernel="xla"` and one per fused kernel (`--kernels`: "pallas" recomputes each edge's GELU
 in the backward, "pallas_saved" keeps it from the forward) and `--tiles`
 (`block_nodes,block_hidden,block_edges,warps`, `flaxdoc.nn.gcn_pallas.Tiles`); `--sweep`
-adds a set of tilings.
+adds a set of tilings. `fwd_ms` is the forward as inference runs it (for both fused forms
+the recomputing one); `fwd_bwd_ms` the forward and backward of training.
 Errors are against the XLA layer in float32 (`flaxdoc.bench.kernel_rows`). The graph's
 neighbours are within 32 tokens of the node (`local`: a page's spatial neighbours are
 near in reading order, so gathers hit the cache) or anywhere in the row (`random`, as

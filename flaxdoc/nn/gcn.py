@@ -182,8 +182,8 @@ class GCNLayer(nn.Module):
       The edge features get no gradient there (they are data), and the score's constant
       `b2 . w`, which a softmax does not see, is left out. "pallas" keeps nothing per
       edge for the backward and evaluates each edge's GELU five times a step;
-      "pallas_saved" keeps its output and slope (two `[B, L*K, H]` arrays a layer) and
-      evaluates it once.
+      "pallas_saved" keeps its output and slope (two `[B, L*K, H]` arrays a layer, at
+      the kernels' padded sizes) and evaluates it once.
     pallas_tiles: the kernels' `gcn_pallas.Tiles` (None: their defaults).
   """
   hidden_features: int | None = None

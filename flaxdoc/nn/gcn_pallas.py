@@ -21,11 +21,13 @@ target tile sums its in-edges with a one-hot matrix product.
 
 `save_activations=True` (`GCNLayer(kernel="pallas_saved")`) trades memory for those
 recomputations: under differentiation the forward's scores kernel also writes every
-edge's GELU output and slope (two `[B, L*K, H]` arrays in the inputs' dtype, kept until
-the backward), the pooled sum and `d a` read them, the source-tile backward reads them
-and writes `d pre`, and the target-tile backward only sums `d pre` rows. GELU is
-evaluated once per edge element a step instead of five times; a forward that is not
-differentiated saves nothing either way.
+edge row's GELU output and slope (two `[B, Lp * Kp, Hp]` arrays, the padded sizes, in
+the inputs' dtype, kept until the backward), the pooled sum and `d a` read them, the
+source-tile backward reads them and writes `d pre`, and the target-tile backward only
+sums `d pre` rows. GELU (with its slope) is evaluated once per edge element a step
+instead of five times. A forward that is not differentiated saves nothing: it is the
+recomputing forward, whose pooled sum takes `x` before rounding to the inputs' dtype,
+so in bfloat16 the training forward's output differs from it by that rounding.
 
 The edge features are treated as data: they get no gradient (the XLA path would give
 them one; nothing in flaxdoc trains them). The score's constant `b2 . w` is left out:
@@ -78,7 +80,14 @@ DEFAULT_TILES = Tiles()
 def _prepare(cfg, s, n, edges, ids, mask, we, b1, v):
   """Pads to the kernels' layout: nodes to whole tiles, slots to `Kp`, `H` to whole
   chunks, `F` to `Fp`; edge arrays flattened to rows `node * Kp + slot`."""
-  batch = s.shape[0]
+  dl, dh = cfg.padded_nodes - cfg.nodes, cfg.padded_hidden - cfg.hidden
+  return dict(_prepare_edges(cfg, edges, ids, mask, we, b1, v),
+              s=jnp.pad(s, [(0, 0), (0, dl), (0, dh)]), n=jnp.pad(n, [(0, 0), (0, dl), (0, dh)]))
+
+
+def _prepare_edges(cfg, edges, ids, mask, we, b1, v):
+  """`_prepare` without the node parts (all the saved backward needs)."""
+  batch = edges.shape[0]
   lp, kp, fp, hp = cfg.padded_nodes, cfg.padded_slots, cfg.padded_features, cfg.padded_hidden
   dl, dk, df, dh = lp - cfg.nodes, kp - cfg.slots, fp - cfg.features, hp - cfg.hidden
   mask = jnp.pad(mask, [(0, 0), (0, dl), (0, dk)])
@@ -87,7 +96,6 @@ def _prepare(cfg, s, n, edges, ids, mask, we, b1, v):
   e = jnp.where(mask[..., None], jnp.pad(edges, [(0, 0), (0, dl), (0, dk), (0, df)]), 0)
   dtype = jnp.bfloat16 if cfg.bf16 else F32
   return dict(
-      s=jnp.pad(s, [(0, 0), (0, dl), (0, dh)]), n=jnp.pad(n, [(0, 0), (0, dl), (0, dh)]),
       mask=mask.reshape(batch, cfg.rows), tgt=tgt.reshape(batch, cfg.rows).astype(jnp.int32),
       e=e.reshape(batch, cfg.rows, fp).astype(dtype),
       we=jnp.pad(we, [(0, df), (0, dh)]), b1=jnp.pad(b1, [(0, dh)]), v=jnp.pad(v, [(0, dh)]))
@@ -285,19 +293,17 @@ def _attention_pool_fwd(cfg, s, n, edges, ids, mask, we, b1, v):
     return _outputs(cfg, _pool(cfg, x, a, s.dtype), a), (s, n, edges, ids, mask, we, b1, v, a)
   scores, hidden, slope = _saving_scores(cfg, x)
   a = _softmax(cfg, scores, x["mask"])
-  # `s` and `n` are not needed again: an empty array carries their dtype to the backward.
-  res = (jnp.zeros((0,), s.dtype), edges, ids, mask, we, b1, v, a, hidden, slope)
+  # `s` and `n` are not needed again (`hidden` has their dtype).
+  res = (edges, ids, mask, we, b1, v, a, hidden, slope)
   return _outputs(cfg, _saved_pool(cfg, hidden, a, s.dtype), a), res
 
 
 def _attention_pool_bwd(cfg, res, grads):
   d_pooled, d_weights = grads
   if cfg.save_activations:
-    dtype, edges, ids, mask, we, b1, v, a, hidden, slope = res
-    dtype = dtype.dtype
-    shape = (a.shape[0], cfg.nodes, cfg.hidden)
-    x = _prepare(cfg, jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), edges, ids, mask, we,
-                 b1, v)  # the zero node parts are never read: XLA drops them
+    edges, ids, mask, we, b1, v, a, hidden, slope = res
+    dtype = hidden.dtype
+    x = _prepare_edges(cfg, edges, ids, mask, we, b1, v)
   else:
     s, n, edges, ids, mask, we, b1, v, a = res
     dtype = s.dtype
@@ -352,8 +358,9 @@ def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
     edge_kernel: `[F, H]`; bias, score_vector: `[H]`.
     tiles: `Tiles` (default `DEFAULT_TILES`).
     save_activations: when differentiated, the forward keeps every edge's GELU output and
-      slope (two `[B, L*K, H]` arrays in `from_self`'s dtype) and the backward evaluates
-      no GELU (five evaluations per element become one); False recomputes them, keeping
+      slope (two `[B, Lp * Kp, Hp]` arrays in `from_self`'s dtype: `L`, `K` and `H`
+      padded to whole tiles, `K` to a power of two) and the backward evaluates no GELU
+      (five evaluations per element become one); False recomputes them, keeping
       nothing per edge.
     interpret: run the Pallas interpreter (default: when the backend is not a GPU).
 

@@ -14,10 +14,12 @@ row; `E`: the edge features; `We`: the first layer's edge rows), so nothing `[L,
 is ever written to memory. `Config` carries the static sizes.
 
 With `Config.save_activations` (`GCNLayer(kernel="pallas_saved")`) the forward's scores
-kernel also writes each edge row's `x` and GELU slope `gelu'(pre)`, and the `saved_*`
-kernels read them instead of evaluating GELU again; the source-side backward then also
-writes `d pre`, which the target side only sums. GELU runs once per element a step
-instead of five times, for two `[rows, H]` arrays kept per layer until the backward.
+kernel also writes each edge row's `x` and GELU slope `gelu'(pre)` in the inputs' dtype,
+and the `saved_*` kernels read them instead of evaluating GELU again; the source-side
+backward then also writes `d pre`, which the target side only sums. GELU runs once per
+element a step instead of five times, for two `[rows, Hp]` arrays kept per layer until
+the backward. The scores take `x` before that rounding; the pooled sum, `d a`, `d v` and
+(through the slope) every other gradient take the rounded arrays.
 """
 
 from __future__ import annotations
@@ -164,9 +166,8 @@ def _d_hidden(a, ds, dp_rows, v_ref):
   return a[:, None] * dp_rows + ds[:, None] * v_ref[...].astype(F32)[None, :]
 
 
-def _pre_grad(cfg, pre, a, ds, dp_rows, v_ref):
+def _pre_grad(pre, a, ds, dp_rows, v_ref):
   """`(x, d pre)` of edge rows, `d pre = dx * gelu'(pre)`."""
-  del cfg
   x, slope = gelu_and_grad(pre)
   return x, _d_hidden(a, ds, dp_rows, v_ref) * slope
 
@@ -179,7 +180,7 @@ def source_grad_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, b1_ref, v_ref,
   e_rows = e_ref[...]
   pre = _pre(cfg, s_rows, n_ref, tgt_ref[...], e_rows, we_ref, b1_ref)
   ds = ds_ref[...]
-  x, d_pre = _pre_grad(cfg, pre, a_ref[...], ds, _per_edge(cfg, dp_ref[...].astype(F32)), v_ref)
+  x, d_pre = _pre_grad(pre, a_ref[...], ds, _per_edge(cfg, dp_ref[...].astype(F32)), v_ref)
   d_self_ref[...] = _per_node(cfg, d_pre)
   d_v_ref[...] = jnp.sum(ds[:, None] * x, axis=0)
   d_we_ref[...] = _dot(cfg, e_rows, d_pre, trans_a=True)
@@ -220,7 +221,7 @@ def target_grad_kernel(cfg, bounds_ref, order_ref, s_ref, n_ref, tgt_ref, e_ref,
   def d_pre_of(edge, tgt):
     src = edge // kp
     pre = _pre(cfg, s_ref[src, :].astype(F32), n_ref, tgt, e_ref[edge, :], we_ref, b1_ref)
-    return _pre_grad(cfg, pre, a_ref[edge], ds_ref[edge], dp_ref[src, :].astype(F32), v_ref)[1]
+    return _pre_grad(pre, a_ref[edge], ds_ref[edge], dp_ref[src, :].astype(F32), v_ref)[1]
 
   _sum_by_target(cfg, bounds_ref, order_ref, tgt_ref, d_pre_of, d_nb_ref)
 
