@@ -26,7 +26,10 @@ from __future__ import annotations
 import os
 import pathlib
 
-from flaxdoc.data import tokenizers as tok_lib
+from flaxdoc.data.byte_level_bpe import ByteLevelBPETokenizer
+from flaxdoc.data.sentencepiece_tokenizer import SentencePieceTokenizer
+from flaxdoc.data.word_tokenizer import CachedWordEncoder, Tokenizer, read_json_object
+from flaxdoc.data.wordpiece import WordPieceTokenizer
 
 SENTENCEPIECE_FILES = ("sentencepiece.bpe.model", "spiece.model", "tokenizer.model")
 # Model types whose SentencePiece ids are laid out as fairseq's dictionary.
@@ -40,7 +43,7 @@ class HFTokenizerError(ValueError):
 
 
 def _read_json(path: pathlib.Path) -> dict:
-  return tok_lib.read_json_object(path) if path.is_file() else {}
+  return read_json_object(path) if path.is_file() else {}
 
 
 def _flag(config: dict, key: str, default, folder: pathlib.Path):
@@ -53,7 +56,7 @@ def _flag(config: dict, key: str, default, folder: pathlib.Path):
   return value
 
 
-class FairseqSentencePieceTokenizer(tok_lib._CachedWordEncoder):  # pylint: disable=protected-access
+class FairseqSentencePieceTokenizer(CachedWordEncoder):
   """XLM-R / CamemBERT: a SentencePiece model behind fairseq's dictionary layout.
 
   `<s>=0 <pad>=1 </s>=2 <unk>=3`, then SentencePiece piece `i` (i >= 1) at `i + 1`,
@@ -110,7 +113,7 @@ def tokenizer_kind(folder: str | os.PathLike) -> str:
       "another tokenizer")
 
 
-def load_hf_tokenizer(folder: str | os.PathLike) -> tok_lib.Tokenizer:
+def load_hf_tokenizer(folder: str | os.PathLike) -> Tokenizer:
   """The tokenizer stored in a Hugging Face checkpoint folder (see the module docstring)."""
   d = pathlib.Path(folder)
   if not d.is_dir():
@@ -123,9 +126,9 @@ def load_hf_tokenizer(folder: str | os.PathLike) -> tok_lib.Tokenizer:
     if strip is not None and not isinstance(strip, bool):
       raise HFTokenizerError(f"{d / 'tokenizer_config.json'}: field 'strip_accents' must be "
                              f"true, false or null, got {strip!r}")
-    tok = tok_lib.WordPieceTokenizer(d / "vocab.txt", lowercase=lowercase, strip_accents=strip)
+    tok = WordPieceTokenizer(d / "vocab.txt", lowercase=lowercase, strip_accents=strip)
   elif kind == "bpe":
-    tok = tok_lib.ByteLevelBPETokenizer(d / "vocab.json", d / "merges.txt")
+    tok = ByteLevelBPETokenizer(d / "vocab.json", d / "merges.txt")
   else:
     model = _sentencepiece_file(d)
     mconfig = _read_json(d / "config.json")
@@ -133,6 +136,6 @@ def load_hf_tokenizer(folder: str | os.PathLike) -> tok_lib.Tokenizer:
         or tconfig.get("tokenizer_class") in FAIRSEQ_TOKENIZERS):
       tok = FairseqSentencePieceTokenizer(model)
     else:
-      tok = tok_lib.SentencePieceTokenizer(model)
+      tok = SentencePieceTokenizer(model)
   tok.name = f"hf:{d}"
   return tok

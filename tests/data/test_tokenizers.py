@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from flaxdoc.data import tokenizers as tk
+from flaxdoc.data import word_tokenizer
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -299,7 +300,7 @@ def test_default_tokenizer_real_corpus():
 
 
 def test_word_cache_is_bounded_and_keeps_recent_entries():
-  cache = tk._LRU(8)  # pylint: disable=protected-access
+  cache = word_tokenizer._LRU(8)  # pylint: disable=protected-access
   for i in range(100):
     cache.put(i, (i,))
     assert cache.get(0) == (0,)  # used all the time: never evicted
