@@ -21,7 +21,7 @@ from matplotlib.backends.backend_pdf import PdfPages
 from matplotlib.figure import Figure
 from PIL import Image
 
-from flaxdoc.data import pdf as pdf_lib
+from flaxdoc.data import pdf_text
 from flaxdoc.data.document import DocumentError
 from flaxdoc.data.pdf import read_pdf, read_pdfs
 
@@ -298,8 +298,8 @@ def test_rotated_text_on_rotated_page_reads_upright(tmp_path):
   for path, upright in ((src, False), (tmp_path / "landscape.pdf", True)):
     pdf = pdfium.PdfDocument(path)
     page = pdf[0]
-    frame = pdf_lib._page_frame(page)  # pylint: disable=protected-access
-    words, _ = pdf_lib._page_words(pdfium, page, frame)  # pylint: disable=protected-access
+    frame = pdf_text.page_frame(page)
+    words, _ = pdf_text.page_words(pdfium, page, frame)
     assert len(words) == 6 and (words.upright == upright).all(), path
     page.close()
     pdf.close()
@@ -364,7 +364,7 @@ def test_page_frame_matches_pdfium_page_to_device(tmp_path, box_pdf, rotation):
   path = _edited(box_pdf, tmp_path / "e.pdf", rotation, cropbox=(15.0, 25.0, 300.0, 260.0))
   pdf = pdfium.PdfDocument(path)
   page = pdf[0]
-  frame = pdf_lib._page_frame(page)  # pylint: disable=protected-access
+  frame = pdf_text.page_frame(page)
   width, height = frame.size
   assert (width, height) == pytest.approx(page.get_size())
   k = 100  # PageToDevice rounds to device pixels: use 100 pixels per point
