@@ -16,7 +16,8 @@ folder. The folder's files decide the kind, in this order:
   (`<s> <pad> </s> <unk>` at 0..3, SentencePiece ids shifted by one, `<mask>` last),
   which is what their `transformers` tokenizers produce.
 
-The classes of `flaxdoc.data.tokenizers` do the work (they are checked against
+flaxdoc's tokenizer classes (`wordpiece`, `byte_level_bpe`, `sentencepiece_tokenizer`,
+all re-exported by `flaxdoc.data.tokenizers`) do the work (they are checked against
 `transformers.AutoTokenizer` in the tests); this module only reads the folder.
 Nothing is downloaded.
 """

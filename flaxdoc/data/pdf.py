@@ -110,13 +110,16 @@ _LOAD_ERRORS = {
 _FPDF_ERR_PASSWORD = 4
 _FPDF_PAGEOBJ_IMAGE = 3
 _FPDF_PAGEOBJ_FORM = 5
-_MAGIC = ((b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"),
-          (b"GIF8", "a GIF image"), (b"II*\x00", "a TIFF image"), (b"MM\x00*", "a TIFF image"),
-          (b"PK\x03\x04", "a ZIP archive (e.g. .docx/.xlsx)"), (b"{", "JSON text"),
-          (b"<", "XML/HTML text"), (b"\xd0\xcf\x11\xe0", "an old MS Office file"))
+# The first bytes of files people pass as PDFs by mistake, for the error message (and
+# flaxdoc.data.ocr's message for an unsupported file).
+FILE_SIGNATURES = ((b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"),
+                   (b"GIF8", "a GIF image"), (b"II*\x00", "a TIFF image"),
+                   (b"MM\x00*", "a TIFF image"), (b"PK\x03\x04", "a ZIP archive (e.g. .docx/.xlsx)"),
+                   (b"{", "JSON text"), (b"<", "XML/HTML text"),
+                   (b"\xd0\xcf\x11\xe0", "an old MS Office file"))
 
 
-def _pdfium():
+def import_pdfium():
   """Imports pypdfium2 on first use, with a clear message when it is missing."""
   try:
     import pypdfium2  # pylint: disable=import-outside-toplevel
@@ -129,7 +132,7 @@ def _pdfium():
 # --------------------------------------------------------------------------- files
 def _describe_non_pdf(head: bytes) -> str:
   """A guess at what a non-PDF file is, for the error message."""
-  for magic, what in _MAGIC:
+  for magic, what in FILE_SIGNATURES:
     # Text formats may start with whitespace; binary magic numbers may not.
     start = head.lstrip() if magic in (b"{", b"<") else head
     if start.startswith(magic):
@@ -139,7 +142,7 @@ def _describe_non_pdf(head: bytes) -> str:
   return f"a file starting with {head[:16]!r}"
 
 
-def _check_file(path: Path, source: str) -> None:
+def check_file(path: Path, source: str) -> None:
   """Cheap checks before PDFium: exists, is a PDF, ends with %%EOF (not truncated)."""
   try:
     size = path.stat().st_size
@@ -163,7 +166,7 @@ def _check_file(path: Path, source: str) -> None:
                         "re-save it, e.g. `qpdf in.pdf out.pdf`)", source=source)
 
 
-def _open(pdfium, path: Path, password: str | None, source: str):
+def open_pdf(pdfium, path: Path, password: str | None, source: str):
   try:
     return pdfium.PdfDocument(path, password=password)
   except FileNotFoundError:
@@ -267,12 +270,12 @@ def read_pdf(path: str | os.PathLike, *, doc_id: str | None = None,
     raise ValueError(f"dpi must be a positive number, got {dpi!r}")
   if not (isinstance(segment_gap, (int, float)) and segment_gap >= 0):
     raise ValueError(f"segment_gap must be a number >= 0, got {segment_gap!r}")
-  pdfium = _pdfium()
+  pdfium = import_pdfium()
   path = Path(path)
   source = os.fspath(path)
   doc_id = str(doc_id) if doc_id is not None else (path.stem or path.name)
-  _check_file(path, source)
-  pdf = _open(pdfium, path, password, source)
+  check_file(path, source)
+  pdf = open_pdf(pdfium, path, password, source)
   try:
     selected = _select_pages(pages, len(pdf), source, doc_id)
     scale = float(dpi) / 72.0

@@ -6,7 +6,8 @@ assembles `Document`s; its docstring says what the words, boxes and orders are):
 * `PageFrame` / `page_frame(page)`: PDF user space -> the displayed page (CropBox,
   `/Rotate`), in points.
 * `page_words(pdfium, page, frame)`: PDFium's characters -> words (`PageWords`),
-  their tight and loose boxes, uprightness and PDFium's line breaks.
+  their tight and loose boxes, uprightness and PDFium's line breaks (`no_words()`:
+  an empty page).
 * `layout_segments` / `stream_segments`: words -> lines (segments) in reading order.
 """
 

@@ -50,7 +50,8 @@ __all__ = [
     "SPECIAL_PIECES", "ByteLevelBPETokenizer", "CachedWordEncoder", "SentencePieceTokenizer",
     "Tokenizer", "WordPieceTokenizer", "bytes_to_unicode", "cache_dir", "default_tokenizer",
     "default_tokenizer_path", "gpt2_pretokenize", "load_tokenizer", "read_json_object",
-    "special_ids", "train_sentencepiece",
+    "special_ids", "train_sentencepiece", "DEFAULT_TOKENIZER_VERSION", "DEFAULT_VOCAB_SIZE",
+    "DEFAULT_CORPUS_DOCS", "DEFAULT_CORPUS_SEED", "main",
 ]
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,5 @@
-"""What every flaxdoc tokenizer is: the `Tokenizer` protocol and its cached base class.
+"""What every flaxdoc tokenizer is: the `Tokenizer` protocol and its cached base class
+(plus the special pieces and `read_json_object`, which the formats share).
 
 `flaxdoc.data.tokenizers` is the entry point (`load_tokenizer`, the default model); the
 three vocabulary formats live beside this module (`sentencepiece_tokenizer`,

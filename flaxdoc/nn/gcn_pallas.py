@@ -199,9 +199,9 @@ def _target_grads(cfg, x, a, ds, dp):
   bounds, order = _by_target(cfg, x)
   return _call(cfg, batch, functools.partial(kernels.target_grad_kernel, cfg),
                _by_target_specs(cfg) + [
-                sp["all_nodes"], sp["all_nodes"], sp["all_edges"], sp["all_edge_features"],
-                sp["we"], sp["chunk"], sp["chunk"], sp["all_edges"], sp["all_edges"],
-                sp["all_nodes"]],
+                   sp["all_nodes"], sp["all_nodes"], sp["all_edges"], sp["all_edge_features"],
+                   sp["we"], sp["chunk"], sp["chunk"], sp["all_edges"], sp["all_edges"],
+                   sp["all_nodes"]],
                sp["node_tile"],
                jax.ShapeDtypeStruct((batch, cfg.padded_nodes, cfg.padded_hidden), F32),
                "gcn_backward_target")(bounds, order, x["s"], x["n"], x["tgt"], x["e"],

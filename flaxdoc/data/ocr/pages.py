@@ -51,7 +51,7 @@ def sniff_format(path: str | os.PathLike) -> str:
 
 
 def _describe(head: bytes) -> str:
-  for magic, what in pdf_lib._MAGIC:  # pylint: disable=protected-access
+  for magic, what in pdf_lib.FILE_SIGNATURES:
     start = head.lstrip() if magic in (b"{", b"<") else head
     if start.startswith(magic):
       return what
@@ -83,10 +83,10 @@ def image_frames(path: str | os.PathLike) -> Iterator:
 
 def open_pdf(path: str | os.PathLike):
   """A `pypdfium2.PdfDocument`, after `flaxdoc.data.pdf`'s checks (errors name the file)."""
-  pdfium = pdf_lib._pdfium()  # pylint: disable=protected-access
+  pdfium = pdf_lib.import_pdfium()
   source = os.fspath(path)
-  pdf_lib._check_file(Path(path), source)  # pylint: disable=protected-access
-  return pdf_lib._open(pdfium, Path(path), None, source)  # pylint: disable=protected-access
+  pdf_lib.check_file(Path(path), source)
+  return pdf_lib.open_pdf(pdfium, Path(path), None, source)
 
 
 def render_pdf_page(pdf, index: int, dpi: float):
