@@ -113,6 +113,8 @@ def _specs(cfg):
       all_edge_features=pl.BlockSpec((None, rows, fp), lambda b, i, c: (b, 0, 0)),
       we=pl.BlockSpec((fp, bh), lambda b, i, c: (0, c)),
       chunk=pl.BlockSpec((bh,), lambda b, i, c: (c,)),
+      # per-chunk partial sums over H of edge rows, [B, chunks, rows] (summed in XLA)
+      chunk_sums=pl.BlockSpec((None, None, br), lambda b, i, c: (b, c, i)),
       edge_rows=pl.BlockSpec((None, br, bh), lambda b, i, c: (b, i, c)),  # saved [B, rows, Hp]
       all_edge_rows=pl.BlockSpec((None, rows, bh), lambda b, i, c: (b, 0, c)),
   )
@@ -135,7 +137,7 @@ def _edge_dot(cfg, x, u, per_node_u):
   out = _call(cfg, batch, functools.partial(kernels.edge_dot_kernel, cfg, per_node_u),
               [sp["node_tile"], sp["all_nodes"], sp["edge_tile"], sp["edge_feature_tile"],
                sp["we"], sp["chunk"], sp["node_tile"] if per_node_u else sp["chunk"]],
-              pl.BlockSpec((None, None, cfg.block_rows), lambda b, i, c: (b, c, i)),
+              sp["chunk_sums"],
               jax.ShapeDtypeStruct((batch, cfg.hidden_chunks, cfg.rows), F32),
               "gcn_edge_dot")(x["s"], x["n"], x["tgt"], x["e"], x["we"], x["b1"], u)
   return out.sum(axis=1)
@@ -218,7 +220,7 @@ def _saving_scores(cfg, x):
       cfg, batch, functools.partial(kernels.saving_scores_kernel, cfg),
       [sp["node_tile"], sp["all_nodes"], sp["edge_tile"], sp["edge_feature_tile"], sp["we"],
        sp["chunk"], sp["chunk"]],
-      [pl.BlockSpec((None, None, cfg.block_rows), lambda b, i, c: (b, c, i)),
+      [sp["chunk_sums"],
        sp["edge_rows"], sp["edge_rows"]],
       [jax.ShapeDtypeStruct((batch, cfg.hidden_chunks, cfg.rows), F32), saved, saved],
       "gcn_saving_scores")(x["s"], x["n"], x["tgt"], x["e"], x["we"], x["b1"], x["v"])
@@ -238,7 +240,7 @@ def _saved_edge_dot(cfg, hidden, dp):
   batch, sp = hidden.shape[0], _specs(cfg)
   out = _call(cfg, batch, functools.partial(kernels.saved_edge_dot_kernel, cfg),
               [sp["edge_rows"], sp["node_tile"]],
-              pl.BlockSpec((None, None, cfg.block_rows), lambda b, i, c: (b, c, i)),
+              sp["chunk_sums"],
               jax.ShapeDtypeStruct((batch, cfg.hidden_chunks, cfg.rows), F32),
               "gcn_saved_edge_dot")(hidden, dp)
   return out.sum(axis=1)
@@ -274,9 +276,13 @@ def _saved_target_grads(cfg, x, d_pre):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _attention_pool(cfg, s, n, edges, ids, mask, we, b1, v):
   # Not differentiated (inference): nothing needs saving, whatever `cfg.save_activations`.
-  x = _prepare(cfg, s, n, edges, ids, mask, we, b1, v)
+  return _recomputing_forward(cfg, _prepare(cfg, s, n, edges, ids, mask, we, b1, v), s.dtype)[0]
+
+
+def _recomputing_forward(cfg, x, out_dtype):
+  """`((pooled, weights), a)`: the scores kernel, the softmax, the pooling kernel."""
   a = _softmax(cfg, _edge_dot(cfg, x, x["v"], per_node_u=False), x["mask"])
-  return _outputs(cfg, _pool(cfg, x, a, s.dtype), a)
+  return _outputs(cfg, _pool(cfg, x, a, out_dtype), a), a
 
 
 def _outputs(cfg, pooled, a):
@@ -289,8 +295,8 @@ def _outputs(cfg, pooled, a):
 def _attention_pool_fwd(cfg, s, n, edges, ids, mask, we, b1, v):
   x = _prepare(cfg, s, n, edges, ids, mask, we, b1, v)
   if not cfg.save_activations:
-    a = _softmax(cfg, _edge_dot(cfg, x, x["v"], per_node_u=False), x["mask"])
-    return _outputs(cfg, _pool(cfg, x, a, s.dtype), a), (s, n, edges, ids, mask, we, b1, v, a)
+    out, a = _recomputing_forward(cfg, x, s.dtype)
+    return out, (s, n, edges, ids, mask, we, b1, v, a)
   scores, hidden, slope = _saving_scores(cfg, x)
   a = _softmax(cfg, scores, x["mask"])
   # `s` and `n` are not needed again (`hidden` has their dtype).
