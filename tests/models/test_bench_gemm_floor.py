@@ -97,6 +97,45 @@ def test_the_shrunk_steps_products_match_the_analytic_flop_count():
   assert collections.Counter(d.out_dtype for d in counts)["bfloat16"] > len(counts) // 2
 
 
+def test_braces_and_calls_inside_strings_are_not_structure():
+  # A Pallas kernel's custom call carries its Triton module in strings, braces and all:
+  # an unbalanced brace there once ended @main early, and the GPU floor counted 4 of
+  # the step's products.
+  dot = ("    %{n} = stablehlo.dot_general %0, %1, contracting_dims = [1] x [0] : "
+         "(tensor<4x8xf32>, tensor<8x2xf32>) -> tensor<4x2xf32>")
+  text = "\n".join([
+      "func.func public @main(%0: tensor<4x8xf32>, %1: tensor<8x2xf32>) {",
+      dot.format(n=2),
+      '    %3 = stablehlo.custom_call @__gpu$xla.gpu.triton(%0) {backend_config = "", '
+      'mhlo.backend_config = {name = "k}}", ir = "call @g \\" { ({"}} : (tensor<4x8xf32>)',
+      dot.format(n=4),
+      "    %5 = call @g(%0) : (tensor<4x8xf32>) -> tensor<4x8xf32>",
+      "    return %5",
+      "  }",
+      "func.func private @g(%0: tensor<4x8xf32>) {",
+      dot.format(n=1).replace("%1", "%0"),
+      "  }",
+  ])
+  assert sum(gemm_floor.count_dots(text).values()) == 3  # two in @main, one in @g, called once
+
+
+def test_the_gpu_steps_products_are_all_found(monkeypatch):
+  # The shrunk step with both fused kernels, lowered for CUDA on this CPU (the kernels
+  # compile for a GPU when the backend says so): the products outside the kernels carry
+  # most of the analytic FLOPs (the kernels' own scores and messages are not products).
+  step, (p, o, data), _, head, sizes = acc.pretrain_step(
+      128, 2, "bfloat16", "float32", acc.LOCAL, True, etc_kernel="pallas",
+      gcn_kernel="pallas_saved")
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  text = jax.jit(step).trace(p, o, data, jax.random.key(0)).lower(
+      lowering_platforms=("cuda",)).as_text()
+  assert text.count("xla.gpu.triton") >= 3 * sizes.layers
+  counts = gemm_floor.count_dots(text)
+  parsed = sum(d.flop * n for d, n in counts.items()) / 1e12
+  analytic = acc.train_step_tflop(128, 2, sizes, head)
+  assert 0.8 * analytic < parsed < analytic
+
+
 def test_the_timed_copies_are_all_computed():
   # Two earlier forms were wrong: one dispatch per product (the host's dispatch charged
   # to each), and copies on the same operands (XLA merged them into one product).
