@@ -218,7 +218,45 @@ def test_attend_is_the_transposed_token_table():
   variables, p = init(module, ids)
   query = np.random.default_rng(0).normal(size=(3, WIDTH)).astype(np.float32)
   got = module.apply(variables, query, method=Embeddings.attend)
+  assert got.shape == (3, VOCAB)
   np.testing.assert_allclose(got, query @ table(p, "word_embeddings").T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("vocab", [VOCAB, 128, 300])
+def test_attend_pads_the_product_not_the_values(vocab):
+  # The product runs over the table padded to a multiple of 128 rows; the logits and
+  # both gradients are those of the plain product, and the parameter keeps its size.
+  from flaxdoc.nn.embeddings import VOCAB_PRODUCT_MULTIPLE
+  ids = np.arange(7).reshape(1, 7)
+  module = Embeddings(vocab, WIDTH, position_2d="none", dtype=jnp.bfloat16)
+  variables, p = init(module, ids)
+  assert p["word_embeddings"]["embedding"].shape == (vocab, WIDTH)
+  query = jnp.asarray(np.random.default_rng(1).normal(size=(2, 3, WIDTH)), jnp.float32)
+  weights = jnp.asarray(np.random.default_rng(2).normal(size=(2, 3, vocab)), jnp.float32)
+
+  def loss(v, q):
+    logits = module.apply(v, q, method=Embeddings.attend)
+    return (logits.astype(jnp.float32) * weights).sum(), logits
+
+  (_, logits), (g_v, g_q) = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(
+      variables, query)
+  t = jnp.asarray(p["word_embeddings"]["embedding"]).astype(jnp.bfloat16)
+  q16 = query.astype(jnp.bfloat16)
+  want = jnp.einsum("bqe,ve->bqv", q16, t)
+  assert logits.shape == (2, 3, vocab) and logits.dtype == jnp.bfloat16
+  np.testing.assert_array_equal(np.asarray(logits, np.float32), np.asarray(want, np.float32))
+  w = np.asarray(weights, np.float64)
+  g_table = nn.unbox(g_v)["params"]["word_embeddings"]["embedding"]
+  assert g_table.shape == (vocab, WIDTH)
+  np.testing.assert_allclose(g_table, np.einsum("bqv,bqe->ve", w, np.asarray(q16, np.float64)),
+                             rtol=2e-2, atol=2e-2)
+  np.testing.assert_allclose(g_q, np.einsum("bqv,ve->bqe", w, np.asarray(t, np.float64)),
+                             rtol=2e-2, atol=2e-2)
+  padded = -(-vocab // VOCAB_PRODUCT_MULTIPLE) * VOCAB_PRODUCT_MULTIPLE
+  text = jax.jit(lambda v, q: module.apply(v, q, method=Embeddings.attend)).lower(
+      variables, query).as_text()
+  product = text.split("dot_general")[1].split("\n")[0]
+  assert product.endswith(f"-> tensor<2x3x{padded}xbf16>"), product
 
 
 def test_bad_inputs_raise_clear_errors():
