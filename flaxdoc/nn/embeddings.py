@@ -316,9 +316,10 @@ class Embeddings(nn.Module):
     `VOCAB_PRODUCT_MULTIPLE` and the extra logits are sliced off, so the values are
     those of the plain product. Why: an odd vocabulary (BERT-multilingual's 119,547)
     leaves the matrix unit's tiles misaligned; on an H200 the three products of the
-    MLM head at 119,547 ran at 124-269 TFLOP/s timed alone. The padding is made in
-    the compute dtype at trace time, where XLA fuses it into the cast the product
-    needs anyway; the parameters (and checkpoints) keep the true size.
+    MLM head ran at 125-270 TFLOP/s timed alone over 119,547 rows, at 704-767 over
+    119,552. The pad copies the table once in the compute dtype (184 MB at that size
+    in bfloat16), small beside the products; the parameters (and checkpoints) keep
+    the true size.
     """
     query, table = nn.dtypes.promote_dtype(query, self.word_embeddings.embedding,
                                            dtype=self.dtype)
