@@ -5,7 +5,8 @@ r"""Accelerator figures: FormNet-A2 pre-training step, ETC vs dense attention, c
         [--dtype bfloat16] [--peak_tflops 989] [--local] [--profile DIR]
         [--ablation full etc_rich etc] [--gcn_backward scatter_f32 scatter]
         [--mlm_positions capped all] [--etc_kernel xla pallas]
-        [--gcn_kernel xla pallas pallas_saved]
+        [--gcn_kernel xla pallas pallas_saved] [--etc_tiles 32,64,4,32,32,4]
+        [--gcn_tiles 16,32,32,4]
 
 Three tables, each row in its own subprocess (so the device's `peak_bytes_in_use`
 belongs to that row alone):
@@ -135,12 +136,15 @@ def _cost_flops(compiled) -> float | None:
 
 # --------------------------------------------------------------------------- rows
 def formnet_model(s: Sizes, length: int, dtype: str, param_dtype: str, local: bool,
-                  ablation: str = "full", etc_kernel: str = "xla", gcn_kernel: str = "xla"):
+                  ablation: str = "full", etc_kernel: str = "xla", gcn_kernel: str = "xla",
+                  etc_tiles: tuple = (), gcn_tiles: tuple = ()):
   from flaxdoc.models import document_encoder as de  # pylint: disable=import-outside-toplevel
   from flaxdoc.models import formnet  # pylint: disable=import-outside-toplevel
   config = formnet.model_config(f"A2/{ablation}", local=local)
   config.etc_kernel = etc_kernel
   config.gcn_kernel = gcn_kernel
+  config.etc_tiles = tuple(etc_tiles)
+  config.gcn_tiles = tuple(gcn_tiles)
   model = formnet.build(config, vocab_size=s.vocab, num_tags=1, max_len=length, pretraining=True,
                         dtype=dtype)
   if param_dtype != "float32":
@@ -176,7 +180,7 @@ def pretrain_batch(batch: int, length: int, s: Sizes, mlm_rate: float = MLM_RATE
 def pretrain_step(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes, local: bool,
                   ablation: str = "full", dropout: bool = True, gcn_backward: str = "scatter_f32",
                   mlm_positions: str = "capped", etc_kernel: str = "xla",
-                  gcn_kernel: str = "xla"):
+                  gcn_kernel: str = "xla", etc_tiles: tuple = (), gcn_tiles: tuple = ()):
   """`(step, (params, opt_state, data), tx, head_positions, sizes)`: the step not yet jitted.
 
   `step(params, opt_state, data, rng) -> (params, opt_state, loss)`: forward, backward
@@ -189,7 +193,7 @@ def pretrain_step(length: int, batch: int, dtype: str, param_dtype: str, s: Size
   from flaxdoc import models  # pylint: disable=import-outside-toplevel
   from flaxdoc.train import objectives  # pylint: disable=import-outside-toplevel
   model = formnet_model(s, length, dtype, param_dtype, local, ablation, etc_kernel,
-                        gcn_kernel)
+                        gcn_kernel, etc_tiles, gcn_tiles)
   if ablation != "full":
     s = dataclasses.replace(s, gcn_layers=0)
   # "all": the MLM head scores every position; "capped": only the targets, at most
@@ -223,7 +227,8 @@ def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes
                  peak_tflops: float, iters: int, ablation: str = "full", prng: str = "threefry",
                  dropout: bool = True, profile: str | None = None,
                  gcn_backward: str = "scatter_f32", mlm_positions: str = "capped",
-                 etc_kernel: str = "xla", gcn_kernel: str = "xla") -> dict:
+                 etc_kernel: str = "xla", gcn_kernel: str = "xla", etc_tiles: tuple = (),
+                 gcn_tiles: tuple = ()) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
   from flaxdoc import models  # pylint: disable=import-outside-toplevel
   if prng != "threefry":
@@ -232,7 +237,7 @@ def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes
     jax.config.update("jax_default_prng_impl", prng)
   step, (params, opt_state, data), _, head_positions, s = pretrain_step(
       length, batch, dtype, param_dtype, s, local, ablation, dropout, gcn_backward,
-      mlm_positions, etc_kernel, gcn_kernel)
+      mlm_positions, etc_kernel, gcn_kernel, etc_tiles, gcn_tiles)
   t0 = time.perf_counter()
   compiled = jax.jit(step, donate_argnums=(0, 1)).lower(params, opt_state, data,
                                                           jax.random.key(0)).compile()
@@ -241,7 +246,8 @@ def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes
   state = {"p": params, "o": opt_state, "i": 0}
   row = dict(part="pretrain", length=length, batch=batch, dtype=dtype, param_dtype=param_dtype,
              compile_s=compile_s, xla_tflop=None if xla is None else xla / 1e12,
-             ablation=ablation, etc_kernel=etc_kernel, gcn_kernel=gcn_kernel, prng=prng,
+             ablation=ablation, etc_kernel=etc_kernel, gcn_kernel=gcn_kernel,
+             etc_tiles=list(etc_tiles) or None, gcn_tiles=list(gcn_tiles) or None, prng=prng,
              dropout=dropout, gcn_backward=gcn_backward,
              mlm_positions=mlm_positions if head_positions is None else head_positions,
              note=os.environ.get("XLA_FLAGS") or None, device=str(jax.devices()[0].device_kind),
@@ -402,7 +408,8 @@ def run_one(spec: dict) -> list[dict]:
                          spec.get("dropout", True), spec.get("profile"),
                          spec.get("gcn_backward", "scatter_f32"),
                          spec.get("mlm_positions", "capped"), spec.get("etc_kernel", "xla"),
-                         spec.get("gcn_kernel", "xla"))]
+                         spec.get("gcn_kernel", "xla"), tuple(spec.get("etc_tiles") or ()),
+                         tuple(spec.get("gcn_tiles") or ()))]
   if part == "attention":
     return [run_attention(spec["impl"], spec["length"], spec["dtype"], s)]
   if part == "sdpa":
@@ -434,6 +441,8 @@ def plan(a) -> list[dict]:
                                 gcn_kernel=gcn_kernel, prng=a.prng,
                                 dropout=not a.no_dropout, profile=a.profile,
                                 gcn_backward=gcn_backward, mlm_positions=mlm_positions,
+                                etc_tiles=a.etc_tiles if etc_kernel == "pallas" else None,
+                                gcn_tiles=a.gcn_tiles if gcn_kernel != "xla" else None,
                                 **common_))
   if "attention" in a.parts:
     for length in a.attention_lengths:
@@ -444,6 +453,10 @@ def plan(a) -> list[dict]:
     for length in a.attention_lengths:
       specs.append(dict(part="sdpa", impls=list(a.sdpa_impls), length=length, **common_))
   return specs
+
+
+def _ints(text: str) -> list[int]:
+  return [int(v) for v in text.split(",")]
 
 
 def collect_rows(stdout, spec: dict, error: str | None = None) -> list[dict]:
@@ -513,6 +526,12 @@ def main(argv=None) -> int:
                       "(flaxdoc.nn.gcn_pallas; pallas_saved keeps each edge's GELU for the "
                       "backward; only with --ablation full; --gcn_backward "
                       "does not apply to them); one row each")
+  p.add_argument("--etc_tiles", type=_ints, default=None, metavar="Q,K,W,BQ,BK,BW",
+                 help="the fused ETC kernel's tiles (flaxdoc.nn.etc_pallas.Tiles' fields in "
+                      "order; default: its defaults)")
+  p.add_argument("--gcn_tiles", type=_ints, default=None, metavar="NODES,HIDDEN,EDGES,WARPS",
+                 help="the fused GCN kernels' tiles (flaxdoc.nn.gcn_pallas.Tiles; default: "
+                      "their defaults)")
   p.add_argument("--timeout", type=float, default=600)
   p.add_argument("--local", action="store_true", help="shrunk model, for CPU smoke tests")
   p.add_argument("--prng", default="threefry", choices=["threefry", "rbg", "unsafe_rbg"],

@@ -42,6 +42,7 @@ from flax import linen as nn
 from flaxdoc.nn.attention import DenseSelfAttention, default_kernel_init
 from flaxdoc.nn.cosformer import REWEIGHT_KINDS, CosformerAttention
 from flaxdoc.nn.embeddings import POSITION_1D_KINDS, POSITION_2D_KINDS, Embeddings
+from flaxdoc.nn import etc_pallas, gcn_pallas
 from flaxdoc.nn.encoder import Encoder
 from flaxdoc.nn.etc_attention import EtcAttention, with_global_tokens
 from flaxdoc.nn.gcn import KERNELS as GCN_KERNELS
@@ -103,7 +104,8 @@ class EncoderSpec:
   `local_radius` and `num_globals` (ETC; globals also allowed with "dense", where
   they see everything and layout terms skip them), `etc_relative_positions` (ETC's
   own relative ids), `etc_kernel` ("xla" | "pallas": ETC's long queries in one fused
-  kernel, `flaxdoc.nn.etc_pallas`), `linformer_proj_length` (`k`), `cosformer_reweight`
+  kernel, `flaxdoc.nn.etc_pallas`), `etc_tiles` (the fused kernel's tile sizes and warps,
+  `etc_pallas.Tiles`' six fields in order; `()`: its defaults), `linformer_proj_length` (`k`), `cosformer_reweight`
   ("none" | "1d" | "squircle" | "cross").
 
   Layout terms: `rich_attention` on `rich_axes` (per layer); `polar` (DocPolarBERT,
@@ -116,7 +118,9 @@ class EncoderSpec:
   Super-Tokens: `gcn_layers` (0 = off), `gcn_message_hidden` ("width" | "input"),
   `gcn_kernel` ("xla" | "pallas" | "pallas_saved": each layer's per-edge part in fused
   kernels, `flaxdoc.nn.gcn_pallas`, recomputing or saving each edge's GELU for the
-  backward; no effect without GCN layers).
+  backward; no effect without GCN layers), `gcn_tiles` (`gcn_pallas.Tiles`' four fields
+  in order; `()`: the defaults). Tiles are per chip: `flaxdoc.bench.etc_kernel` and
+  `flaxdoc.bench.gcn_kernel --sweep` time the candidates on one layer.
   Heads: `tagging_hidden`, `local_order_head`.
   Implementation: `scan_layers`, `remat`, `remat_policy`.
   """
@@ -143,6 +147,7 @@ class EncoderSpec:
   num_globals: int = 0
   etc_relative_positions: bool = False
   etc_kernel: str = "xla"  # "pallas": the fused long-query kernel (flaxdoc.nn.etc_pallas)
+  etc_tiles: tuple[int, ...] = ()  # etc_pallas.Tiles fields in order; (): the defaults
   linformer_proj_length: int = 512
   cosformer_reweight: str = "1d"
   cosformer_length: str = "max"  # 1D M: "max" (max_len) | "document" (released code)
@@ -166,6 +171,7 @@ class EncoderSpec:
   gcn_layers: int = 0
   gcn_message_hidden: str = "width"
   gcn_kernel: str = "xla"  # "pallas"/"pallas_saved": fused per-edge kernels (nn.gcn_pallas)
+  gcn_tiles: tuple[int, ...] = ()  # gcn_pallas.Tiles fields in order; (): the defaults
   tagging_hidden: bool = False
   local_order_head: bool = False
   # implementation
@@ -182,11 +188,29 @@ class EncoderSpec:
     if "rich_axes" in kwargs:
       axes = kwargs["rich_axes"]
       kwargs["rich_axes"] = (axes,) if isinstance(axes, str) else tuple(axes)
+    for field in ("etc_tiles", "gcn_tiles"):  # a JSON export or a flag gives a list
+      if field in kwargs:
+        kwargs[field] = tuple(kwargs[field] or ())
     return cls(**kwargs)
 
   @property
   def head_dim(self) -> int:
     return self.width // self.num_heads
+
+  def tiles(self, field: str):
+    """`etc_tiles` / `gcn_tiles` as the kernel's `Tiles` (None for `()`, the defaults);
+    a `ValueError` naming the config field when they cannot be tiles."""
+    values = tuple(getattr(self, field))
+    if not values:
+      return None
+    cls = etc_pallas.Tiles if field == "etc_tiles" else gcn_pallas.Tiles
+    names = [f.name for f in dataclasses.fields(cls)]
+    if (len(values) != len(names) or any(isinstance(v, bool) or not isinstance(v, int)
+                                         for v in values)
+        or any(v < 1 or v & (v - 1) for v in values)):
+      raise ValueError(f"config.model.{field}: {values} must be {len(names)} powers of two "
+                       f"({', '.join(names)}), or () for the kernel's defaults")
+    return cls(*values)
 
   @property
   def uses_layout_terms(self) -> bool:
@@ -228,6 +252,12 @@ class EncoderSpec:
       if self.polar or self.gaussian or self.fixed_bias != "none":
         bad("etc_kernel", "the fused kernel takes Rich Attention as its only layout term "
             "(polar, gaussian and fixed_bias need etc_kernel='xla')")
+    for field, kernel, fused in (("etc_tiles", "etc_kernel", ("pallas",)),
+                                 ("gcn_tiles", "gcn_kernel", ("pallas", "pallas_saved"))):
+      if getattr(self, field) and getattr(self, kernel) not in fused:
+        bad(field, f"tiles are for the fused kernels ({kernel} in {fused}), not "
+            f"{kernel}={getattr(self, kernel)!r}")
+      self.tiles(field)
     if self.attention in ("linformer", "cosformer"):
       if self.uses_layout_terms:
         bad("attention", f"{self.attention} attention never forms [N, N] scores, so pairwise "
@@ -343,7 +373,7 @@ class DocumentEncoder(nn.Module):
       return functools.partial(EtcAttention, local_radius=s.local_radius,
                                num_globals=s.num_globals,
                                relative_positions=s.etc_relative_positions,
-                               kernel=s.etc_kernel,
+                               kernel=s.etc_kernel, tiles=s.tiles("etc_tiles"),
                                dropout_rate=s.attention_dropout_rate, kernel_init=kernel_init,
                                **common)
     if s.attention == "linformer":
@@ -470,6 +500,7 @@ class DocumentEncoder(nn.Module):
       x = SuperTokenEncoder(
           features=s.width, num_layers=s.gcn_layers, message_hidden=s.gcn_message_hidden,
           dropout_rate=s.dropout_rate, kernel=s.gcn_kernel,
+          pallas_tiles=s.tiles("gcn_tiles"),
           initializer_range=s.initializer_range, dtype=self.dtype,
           param_dtype=self.param_dtype, name="super_tokens")(
               x, boxes, graph["neighbor_ids"], graph["neighbor_features"],

@@ -380,6 +380,7 @@ class EtcAttention(nn.Module):
       Attention as its only layout term and no relative ids. Same parameters and, up to
       rounding, the same outputs; dropout draws from a different random stream, the
       long queries ignore `precision`, and no gradient flows into the geometry.
+    tiles: the fused kernel's `etc_pallas.Tiles` (None: its defaults, tuned on an H100).
   """
   num_heads: int
   local_radius: int
@@ -394,6 +395,7 @@ class EtcAttention(nn.Module):
   kernel_init: Callable[..., Array] = default_kernel_init()
   precision: Any = None
   kernel: str = "xla"
+  tiles: etc_pallas.Tiles | None = None
 
   @nn.compact
   def __call__(self, x: Array, mask: Array, terms: Sequence[Term] = (),
@@ -494,7 +496,8 @@ class EtcAttention(nn.Module):
         q[:, g:], k[:, g:], v[:, g:], k[:, :g], v[:, :g], mask[:, g:], mask[:, :g],
         local_radius=self.local_radius, long_document_ids=long_doc,
         global_document_ids=global_doc, rich=rich,
-        dropout_rate=self.dropout_rate if seed is not None else 0.0, dropout_seed=seed)
+        dropout_rate=self.dropout_rate if seed is not None else 0.0, dropout_seed=seed,
+        tiles=self.tiles)
     out_global = global_query_attention(
         q[:, :g], k[:, :g], v[:, :g], k[:, g:], v[:, g:], mask[:, g:], mask[:, :g],
         long_document_ids=long_doc, global_document_ids=global_doc,

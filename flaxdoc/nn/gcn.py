@@ -302,6 +302,7 @@ class SuperTokenEncoder(nn.Module):
       (`2E + F`, FormNet's configs; see the module docstring).
     dropout_rate: dropout of each layer (on its pooled hidden vectors).
     kernel: "xla", "pallas" or "pallas_saved" (see `GCNLayer`).
+    pallas_tiles: the fused kernels' `gcn_pallas.Tiles` (None: their defaults).
   """
   features: int
   num_layers: int = 12
@@ -310,6 +311,7 @@ class SuperTokenEncoder(nn.Module):
   layer_norm_epsilon: float = 1e-6
   initializer_range: float = 0.02
   kernel: str = "xla"
+  pallas_tiles: gcn_pallas.Tiles | None = None
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -350,7 +352,8 @@ class SuperTokenEncoder(nn.Module):
       h = GCNLayer(hidden_features=hidden, dropout_rate=self.dropout_rate,
                    layer_norm_epsilon=self.layer_norm_epsilon,
                    initializer_range=self.initializer_range, kernel=self.kernel,
-                   dtype=self.dtype, param_dtype=self.param_dtype, name=f"layer_{i}")(
+                   pallas_tiles=self.pallas_tiles, dtype=self.dtype,
+                   param_dtype=self.param_dtype, name=f"layer_{i}")(
                        h, neighbor_ids, neighbor_features, neighbor_mask, node_mask,
                        deterministic=deterministic)
     return h

@@ -52,7 +52,8 @@ def test_plan_skips_steps_over_the_token_budget():
                          local=True, dtype="bfloat16", param_dtype="float32", peak_tflops=989.0,
                          iters=2, ablation=["full"], prng="threefry", no_dropout=False,
                          profile=None, gcn_backward=["scatter_f32"],
-                         mlm_positions=["capped"], etc_kernel=["xla"], gcn_kernel=["xla"]))()
+                         mlm_positions=["capped"], etc_kernel=["xla"], gcn_kernel=["xla"],
+                         etc_tiles=None, gcn_tiles=None))()
   specs = acc.plan(a)
   steps = [(s["length"], s["batch"]) for s in specs if s["part"] == "pretrain"]
   assert steps == [(1024, 8), (1024, 32), (4096, 8)]
@@ -70,6 +71,10 @@ def test_plan_skips_steps_over_the_token_budget():
           for s in acc.plan(a) if s["part"] == "pretrain"]
   assert rows == [("full", "xla", "scatter_f32"), ("full", "xla", "scatter"),
                   ("full", "pallas", "scatter_f32"), ("etc", "xla", "scatter_f32")]
+  # Tiles go to the rows whose kernel is fused, and only there.
+  a.gcn_tiles = [16, 64, 64, 4]
+  rows = [(s["gcn_kernel"], s["gcn_tiles"]) for s in acc.plan(a) if s["part"] == "pretrain"]
+  assert rows == [("xla", None), ("xla", None), ("pallas", [16, 64, 64, 4]), ("xla", None)]
   a.parts, a.etc_kernel = ["attention"], ["xla", "pallas"]
   assert [s["impl"] for s in acc.plan(a)] == ["etc_rich", "etc_rich_pallas", "dense"]
 
