@@ -527,8 +527,9 @@ def main(argv=None) -> int:
                       "backward; only with --ablation full; --gcn_backward "
                       "does not apply to them); one row each")
   p.add_argument("--etc_tiles", type=_ints, default=None, metavar="Q,K,W,BQ,BK,BW",
-                 help="the fused ETC kernel's tiles (flaxdoc.nn.etc_pallas.Tiles' fields in "
-                      "order; default: its defaults)")
+                 help="the fused ETC kernel's tiles in the pre-training rows "
+                      "(flaxdoc.nn.etc_pallas.Tiles' fields in order; default: its defaults; "
+                      "bench.etc_kernel --tiles times one layer)")
   p.add_argument("--gcn_tiles", type=_ints, default=None, metavar="NODES,HIDDEN,EDGES,WARPS",
                  help="the fused GCN kernels' tiles (flaxdoc.nn.gcn_pallas.Tiles; default: "
                       "their defaults)")

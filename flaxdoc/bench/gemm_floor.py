@@ -49,9 +49,13 @@ _DIMS = re.compile(r"(?:batching_dims = \[([\d, ]*)\] x \[([\d, ]*)\], )?"
                    r"contracting_dims = \[([\d, ]*)\] x \[([\d, ]*)\]")
 _TENSOR = re.compile(r"tensor<([^>]*)>")
 _PRECISION = re.compile(r"precision = \[(\w+), (\w+)\]")
-# A string literal that is not a symbol's name: a Pallas kernel's custom call carries its
-# Triton module and launch parameters in such strings, braces and all.
-_STRING = re.compile(r'(?<!@)"(?:[^"\\]|\\.)*"')
+# A quoted symbol name (kept) or a string literal (blanked): a Pallas kernel's custom call
+# carries its Triton module and launch parameters in strings, braces and all.
+_STRING = re.compile(r'@?"(?:[^"\\]|\\.)*"')
+
+
+def _blank_strings(line: str) -> str:
+  return _STRING.sub(lambda m: m[0] if m[0].startswith("@") else '""', line)
 SUMMARY_COLUMNS = ("what", "length", "batch", "dtype", "device", "etc_kernel", "gcn_kernel", "dots", "distinct",
                    "dot_tflop", "model_tflop", "gemm_ms", "gemm_tflops", "adamw_ms", "floor_ms",
                    "bound_mfu", "step_ms", "step_over_floor")
@@ -122,7 +126,7 @@ def count_dots(module_text: str) -> collections.Counter:
   funcs: dict[str, dict] = {}
   current, depth = None, 0
   for line in module_text.splitlines():
-    code = _STRING.sub('""', line)  # braces and words inside strings are not structure
+    code = _blank_strings(line)  # braces and words inside strings are not structure
     m = _FUNC.match(code)
     if m:
       current = funcs.setdefault(m.group(1), {"dots": [], "calls": collections.Counter(),
@@ -248,6 +252,14 @@ def run(length: int, batch: int, dtype: str, etc_kernel: str, gcn_kernel: str, i
       gcn_kernel=gcn_kernel)
   text = jax.jit(step).lower(params, opt_state, data, jax.random.key(0)).as_text()
   counts = count_dots(text)
+  dot_tflop = sum(d.flop * n for d, n in counts.items()) / 1e12
+  model_tflop = acc.train_step_tflop(length, batch, sizes, head_positions)
+  if dot_tflop < 0.5 * model_tflop:
+    # The fused kernels' own work (ETC's scores, the GCN's messages) is a minority of the
+    # step; a parse that found less than half the FLOPs has missed products. Checked
+    # before any product is timed, so a bad parse costs no device time.
+    raise ValueError(f"gemm_floor: the products found carry {dot_tflop:.3g} of the step's "
+                     f"{model_tflop:.3g} model TFLOP: the module was not read in full")
   rows = []
   for dot, n in counts.items():
     seconds = time_dot(dot, iters)
@@ -260,13 +272,6 @@ def run(length: int, batch: int, dtype: str, etc_kernel: str, gcn_kernel: str, i
     r["share"] = r["ms_total"] / gemm_ms if gemm_ms else 0.0
   rows.sort(key=lambda r: -r["ms_total"])
   adamw_ms = time_adamw(tx, params, opt_state, iters) * 1e3
-  dot_tflop = sum(d.flop * n for d, n in counts.items()) / 1e12
-  model_tflop = acc.train_step_tflop(length, batch, sizes, head_positions)
-  if dot_tflop < 0.5 * model_tflop:
-    # The fused kernels' own work (ETC's scores, the GCN's messages) is a minority of the
-    # step; a parse that found less than half the FLOPs has missed products.
-    raise ValueError(f"gemm_floor: the products found carry {dot_tflop:.3g} of the step's "
-                     f"{model_tflop:.3g} model TFLOP: the module was not read in full")
   floor_ms = gemm_ms + adamw_ms
   summary = dict(what="floor", length=length, batch=batch, dtype=dtype, etc_kernel=etc_kernel,
                  gcn_kernel=gcn_kernel, dots=sum(counts.values()), distinct=len(counts),

@@ -105,8 +105,8 @@ class EncoderSpec:
   they see everything and layout terms skip them), `etc_relative_positions` (ETC's
   own relative ids), `etc_kernel` ("xla" | "pallas": ETC's long queries in one fused
   kernel, `flaxdoc.nn.etc_pallas`), `etc_tiles` (the fused kernel's tile sizes and warps,
-  `etc_pallas.Tiles`' six fields in order; `()`: its defaults), `linformer_proj_length` (`k`), `cosformer_reweight`
-  ("none" | "1d" | "squircle" | "cross").
+  `etc_pallas.Tiles`' six fields in order; `()`: its defaults), `linformer_proj_length`
+  (`k`), `cosformer_reweight` ("none" | "1d" | "squircle" | "cross").
 
   Layout terms: `rich_attention` on `rich_axes` (per layer); `polar` (DocPolarBERT,
   shared) with `polar_angle`, `polar_distance_pool`, `polar_distance_buckets`,
@@ -197,9 +197,10 @@ class EncoderSpec:
   def head_dim(self) -> int:
     return self.width // self.num_heads
 
-  def tiles(self, field: str):
+  def tiles(self, field: str, name: str = "model"):
     """`etc_tiles` / `gcn_tiles` as the kernel's `Tiles` (None for `()`, the defaults);
-    a `ValueError` naming the config field when they cannot be tiles."""
+    a `ValueError` naming the config field when they cannot be tiles. (A GPU also wants
+    the blocks >= 16; the kernels say so, naming the tile, when they are traced.)"""
     values = tuple(getattr(self, field))
     if not values:
       return None
@@ -208,8 +209,8 @@ class EncoderSpec:
     if (len(values) != len(names) or any(isinstance(v, bool) or not isinstance(v, int)
                                          for v in values)
         or any(v < 1 or v & (v - 1) for v in values)):
-      raise ValueError(f"config.model.{field}: {values} must be {len(names)} powers of two "
-                       f"({', '.join(names)}), or () for the kernel's defaults")
+      raise ValueError(f"config.model.{field} ({name}): {values} must be {len(names)} powers "
+                       f"of two ({', '.join(names)}), or () for the kernel's defaults")
     return cls(*values)
 
   @property
@@ -257,7 +258,7 @@ class EncoderSpec:
       if getattr(self, field) and getattr(self, kernel) not in fused:
         bad(field, f"tiles are for the fused kernels ({kernel} in {fused}), not "
             f"{kernel}={getattr(self, kernel)!r}")
-      self.tiles(field)
+      self.tiles(field, name)
     if self.attention in ("linformer", "cosformer"):
       if self.uses_layout_terms:
         bad("attention", f"{self.attention} attention never forms [N, N] scores, so pairwise "

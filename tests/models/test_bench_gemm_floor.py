@@ -107,16 +107,25 @@ def test_braces_and_calls_inside_strings_are_not_structure():
       "func.func public @main(%0: tensor<4x8xf32>, %1: tensor<8x2xf32>) {",
       dot.format(n=2),
       '    %3 = stablehlo.custom_call @__gpu$xla.gpu.triton(%0) {backend_config = "", '
-      'mhlo.backend_config = {name = "k}}", ir = "call @g \\" { ({"}} : (tensor<4x8xf32>)',
+      'mhlo.backend_config = {name = "k}", ir = "call @g \\" ("}} : (tensor<4x8xf32>)',
       dot.format(n=4),
       "    %5 = call @g(%0) : (tensor<4x8xf32>) -> tensor<4x8xf32>",
+      '    %6 = call @"<lambda>"(%0) {mhlo.frontend_attributes = {a = "}"}} : '
+      "(tensor<4x8xf32>) -> tensor<4x8xf32>",
       "    return %5",
       "  }",
       "func.func private @g(%0: tensor<4x8xf32>) {",
       dot.format(n=1).replace("%1", "%0"),
       "  }",
+      'func.func private @"<lambda>"(%0: tensor<4x8xf32> {mhlo.sharding = "{replicated}"}) {',
+      dot.format(n=1).replace("%1", "%0"),
+      dot.format(n=2).replace("%1", "%0"),
+      "  }",
   ])
-  assert sum(gemm_floor.count_dots(text).values()) == 3  # two in @main, one in @g, called once
+  # The custom call's and the call's attribute strings each hold an unbalanced brace,
+  # which once ended @main early.
+  # Two in @main, one in @g (called once), two in @"<lambda>" (called once).
+  assert sum(gemm_floor.count_dots(text).values()) == 5
 
 
 def test_the_gpu_steps_products_are_all_found(monkeypatch):
