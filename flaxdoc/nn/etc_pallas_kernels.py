@@ -103,17 +103,30 @@ def _dot_t(a, b):  # a @ b.T
   return lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=F32)
 
 
-def _rich(cfg, q_side, k_side, theta_ref):
-  """Rich logits of a `[BQ, BK]` tile.
+def _pair(transposed: bool, q_vec, k_vec):
+  """A per-query and a per-key vector broadcast against each other: as a `[BQ, BK]` tile,
+  or `[BK, BQ]` when `transposed` (the key-tile backward's orientation)."""
+  if transposed:
+    return q_vec[None, :], k_vec[:, None]
+  return q_vec[:, None], k_vec[None, :]
+
+
+def _rich_pieces(q_side_a, k_side_a, transposed):
+  """`(before, z, resid)` of one Rich axis over a tile (see `_rich`)."""
+  (oq, dq, cq), (ok, dk, ck) = q_side_a, k_side_a
+  (oq, ok), (dq, dk), (cq, ck) = (_pair(transposed, *v) for v in ((oq, ok), (dq, dk), (cq, ck)))
+  return cq < ck, oq + ok, jnp.log1p(jnp.abs(cq - ck)) - (dq + dk)
+
+
+def _rich(cfg, q_side, k_side, theta_ref, transposed=False):
+  """Rich logits of a `[BQ, BK]` tile (`[BK, BQ]` when `transposed`).
 
   q_side: per axis `(order, dist, coord)`, each `[BQ]`; k_side likewise, `[BK]`.
   """
   total = 0.0
   for a in range(cfg.num_axes):
-    (oq, dq, cq), (ok, dk, ck) = q_side[a], k_side[a]
-    z = oq[:, None] + ok[None, :]
-    u = jnp.where(cq[:, None] < ck[None, :], z, -z)
-    resid = jnp.log1p(jnp.abs(cq[:, None] - ck[None, :])) - (dq[:, None] + dk[None, :])
+    before, z, resid = _rich_pieces(q_side[a], k_side[a], transposed)
+    u = jnp.where(before, z, -z)
     theta = theta_ref[a]
     total = total + _log_sigmoid(u) - 0.5 * theta * theta * resid * resid
   return total
@@ -180,44 +193,48 @@ def forward_kernel(cfg, seed_ref, q_ref, k_ref, v_ref, kg_ref, vg_ref, qdoc_ref,
 
 # --------------------------------------------------------------------------- backward
 def _pair_grads(cfg, seed, bh, qi, kj, q, k, v, do, lse, delta, q_side, k_side, theta_ref,
-                valid, rich_axis=None):
-  """Recomputed weights of a `[BQ, BK]` tile and the gradient of its logits.
+                valid, rich_sum=None, transposed=False):
+  """Recomputed weights of a tile and the gradient of its logits.
 
+  The tile is `[BQ, BK]`, or `[BK, BQ]` when `transposed` (as is `valid`): the key-tile
+  backward works transposed so that `dv += p.T do` and `dk += ds.T q` take their tile
+  as it is, with no transpose of a register tile, and its per-key sums run along rows.
   Returns `(p_dropped, ds, rich)`: the weights after dropout (for `dv`), `dL/dlogit`,
-  and per Rich axis the gradients of the order and distance scalars summed over
-  `rich_axis` (1: per query, with `d theta` per query too; 0: per key). Rich's pairwise
+  and per Rich axis the gradients of the order and distance scalars summed per query
+  (`rich_sum="query"`, with `d theta` too) or per key (`"key"`). Rich's pairwise
   pieces are recomputed here rather than kept from the logits: keeping them alive
   through the softmax spills registers.
   """
   scale = 1.0 / math.sqrt(q.shape[-1])
-  s = _dot_t(q, k) * scale
+  s = (_dot_t(k, q) if transposed else _dot_t(q, k)) * scale
   use_rich = cfg.num_axes and k_side is not None
   if use_rich:
-    s = s + _rich(cfg, q_side, k_side, theta_ref)
-  p = jnp.where(valid, jnp.exp(s - lse[:, None]), 0.0)
-  dp = _dot_t(do, v)  # d(loss)/d(dropped weight)
+    s = s + _rich(cfg, q_side, k_side, theta_ref, transposed)
+  lse_b, delta_b = (lse[None, :], delta[None, :]) if transposed else (lse[:, None],
+                                                                        delta[:, None])
+  p = jnp.where(valid, jnp.exp(s - lse_b), 0.0)
+  dp = _dot_t(v, do) if transposed else _dot_t(do, v)  # d(loss)/d(dropped weight)
   if cfg.dropout_rate:
-    keep = dropout_keep(seed, bh, qi[:, None], kj[None, :], cfg.dropout_rate)
+    keep = dropout_keep(seed, bh, *_pair(transposed, qi, kj), cfg.dropout_rate)
     keep_scale = 1.0 / (1.0 - cfg.dropout_rate)
     dp = jnp.where(keep, dp * keep_scale, 0.0)
     p_dropped = jnp.where(keep, p * keep_scale, 0.0)
   else:
     p_dropped = p
-  ds = p * (dp - delta[:, None])
+  ds = p * (dp - delta_b)
   rich = []
+  query_axis, key_axis = (1, 0) if transposed else (0, 1)
+  axis = key_axis if rich_sum == "query" else query_axis  # the axis summed over
   for a in range(cfg.num_axes if use_rich else 0):
-    (oq, dq, cq), (ok, dk, ck) = q_side[a], k_side[a]
-    before = cq[:, None] < ck[None, :]
-    z = oq[:, None] + ok[None, :]
+    before, z, resid = _rich_pieces(q_side[a], k_side[a], transposed)
     u = jnp.where(before, z, -z)
     d_order = ds / (1.0 + jnp.exp(u))  # d log_sigmoid(u) / du = sigmoid(-u)
-    d_order = jnp.where(before, d_order, -d_order).sum(axis=rich_axis)
-    resid = jnp.log1p(jnp.abs(cq[:, None] - ck[None, :])) - (dq[:, None] + dk[None, :])
+    d_order = jnp.where(before, d_order, -d_order).sum(axis=axis)
     theta = theta_ref[a]
     ds_resid = ds * resid
-    d_dist = (theta * theta) * ds_resid.sum(axis=rich_axis)
-    if rich_axis == 1:
-      rich.append((d_order, d_dist, -theta * (ds_resid * resid).sum(axis=1)))
+    d_dist = (theta * theta) * ds_resid.sum(axis=axis)
+    if rich_sum == "query":
+      rich.append((d_order, d_dist, -theta * (ds_resid * resid).sum(axis=axis)))
     else:
       rich.append((d_order, d_dist))
   return p_dropped, ds, rich
@@ -258,7 +275,7 @@ def dq_kernel(cfg, seed_ref, q_ref, k_ref, v_ref, kg_ref, vg_ref, qdoc_ref, kdoc
     valid = ((jnp.abs(qi[:, None] - kj[None, :]) <= r)
              & (qdoc[:, None] == kdoc_ref[at][None, :]))
     _, ds, grads = _pair_grads(cfg, seed, bh, qi, kj, q, k, v_ref[at, :], do, lse, delta,
-                               q_side, k_side, theta_ref, valid, rich_axis=1)
+                               q_side, k_side, theta_ref, valid, rich_sum="query")
     dq = dq + _dot(ds.astype(k.dtype), k)
     rich_acc = tuple(tuple(acc + g for acc, g in zip(accs, gs))
                      for accs, gs in zip(rich_acc, grads))
@@ -296,13 +313,13 @@ def dkv_kernel(cfg, seed_ref, q_ref, k_ref, v_ref, qdoc_ref, kdoc_ref, oq_ref, o
     qi = t * bq + jnp.arange(bq)
     q, do = q_ref[at, :], do_ref[at, :]
     q_side = _q_side(cfg, oq_ref, dq_ref, cq_ref, at)
-    valid = ((jnp.abs(qi[:, None] - kj[None, :]) <= r)
-             & (qdoc_ref[at][:, None] == kdoc[None, :]))
+    valid = ((jnp.abs(kj[:, None] - qi[None, :]) <= r)
+             & (kdoc[:, None] == qdoc_ref[at][None, :]))  # [BK, BQ]: transposed tiles
     p_dropped, ds, grads = _pair_grads(cfg, seed, bh, qi, kj, q, k, v, do, lse_ref[at],
                                        delta_ref[at], q_side, k_side, theta_ref, valid,
-                                       rich_axis=0)
-    dv = dv + _dot(p_dropped.T.astype(do.dtype), do)
-    dk = dk + _dot(ds.T.astype(q.dtype), q)
+                                       rich_sum="key", transposed=True)
+    dv = dv + _dot(p_dropped.astype(do.dtype), do)  # [BK, BQ] @ [BQ, D]
+    dk = dk + _dot(ds.astype(q.dtype), q)
     rich_acc = tuple((acc_o + g[0], acc_d + g[1]) for (acc_o, acc_d), g in zip(rich_acc, grads))
     return dk, dv, rich_acc
 
