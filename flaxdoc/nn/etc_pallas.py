@@ -185,7 +185,9 @@ def _backward(cfg, seed, x, o, lse, do):
        sp["gdoc"], sp["q_axes"], sp["k_axes"], sp["q_axes"], sp["k_axes"], sp["q_coord"],
        sp["k_coord"], sp["theta"], sp["q"], sp["q_vec"], sp["q_vec"]],
       [sp["q"], sp["q_axes"], sp["q_axes"], sp["q_axes"], tile_parts, tile_parts],
-      [jax.ShapeDtypeStruct((batch, nq, heads, head_dim), F32)]
+      # dq, dk and dv leave the kernels in the inputs' dtype: the caller rounds them to it
+      # anyway (elementwise, so the same values), and bf16 halves their writes.
+      [jax.ShapeDtypeStruct((batch, nq, heads, head_dim), x["q"].dtype)]
       + [jax.ShapeDtypeStruct((batch, heads, ap, nq), F32)] * 3
       + [jax.ShapeDtypeStruct((batch, heads, nqt, gp, head_dim), F32)] * 2,
       "etc_rich_backward_dq")(
@@ -204,7 +206,8 @@ def _backward(cfg, seed, x, o, lse, do):
        pl.BlockSpec((None, ap, bk), lambda b, h, j: (b, 0, j)), full["theta"], full["q"],
        full["q_vec"], full["q_vec"]],
       [k_tile, k_tile, k_axes, k_axes],
-      [jax.ShapeDtypeStruct((batch, lk, heads, head_dim), F32)] * 2
+      [jax.ShapeDtypeStruct((batch, lk, heads, head_dim), x["k"].dtype),
+       jax.ShapeDtypeStruct((batch, lk, heads, head_dim), x["v"].dtype)]
       + [jax.ShapeDtypeStruct((batch, heads, ap, lk), F32)] * 2,
       "etc_rich_backward_dkv")(
           seed, x["q"], x["k"], x["v"], x["qdoc"], x["kdoc"], x["oq"], x["ok"], x["dq"],

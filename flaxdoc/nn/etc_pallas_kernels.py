@@ -282,7 +282,7 @@ def dq_kernel(cfg, seed_ref, q_ref, k_ref, v_ref, kg_ref, vg_ref, qdoc_ref, kdoc
     return dq, rich_acc
 
   dq, rich_acc = lax.fori_loop(0, cfg.key_tiles, body, (dq, rich_acc))
-  dq_out[...] = dq * scale
+  dq_out[...] = (dq * scale).astype(dq_out.dtype)
   for a, (d_order, d_dist, d_theta) in enumerate(rich_acc):
     doq_out[a, :] = d_order
     ddq_out[a, :] = d_dist
@@ -324,8 +324,8 @@ def dkv_kernel(cfg, seed_ref, q_ref, k_ref, v_ref, qdoc_ref, kdoc_ref, oq_ref, o
     return dk, dv, rich_acc
 
   dk, dv, rich_acc = lax.fori_loop(lo, hi, body, (acc0, acc0, rich_acc))
-  dk_out[...] = dk * scale
-  dv_out[...] = dv
+  dk_out[...] = (dk * scale).astype(dk_out.dtype)
+  dv_out[...] = dv.astype(dv_out.dtype)
   for a, (d_order, d_dist) in enumerate(rich_acc):
     dok_out[a, :] = d_order
     ddk_out[a, :] = d_dist

@@ -134,6 +134,23 @@ def test_values_and_gradients_match_the_dense_reference(tiles):
   assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(grads))
 
 
+def test_bfloat16_gradients_come_back_in_bfloat16_and_near_the_reference():
+  # The bf16 path end to end (its backward kernels write dq, dk, dv in bf16): gradients
+  # in bf16, within bf16 rounding of the float32 reference.
+  p = problem(n=40)
+  for name in ("q", "k", "v", "kg", "vg"):
+    p[name] = p[name].astype(jnp.bfloat16)
+  out, grads = value_and_grads(kernel_fn(p, 7, MIXED), dict(p, ct=p["ct"].astype(jnp.bfloat16)))
+  as32 = {name: p[name].astype(jnp.float32) for name in ("q", "k", "v", "kg", "vg")}
+  ref_out, ref_grads = value_and_grads(reference_fn(dict(p, **as32), 7), dict(p, **as32))
+  assert out.dtype == jnp.bfloat16
+  for name, g, rg in zip(DIFF, grads, ref_grads):
+    if name != "rich":
+      assert g.dtype == jnp.bfloat16, name
+    assert_tree_close(jax.tree.map(lambda x: x.astype(jnp.float32), g), rg, rtol=3e-2,
+                      atol=3e-2, what=f"d {name}")
+
+
 @pytest.mark.slow
 def test_matches_the_xla_blocked_path_with_the_rich_term():
   p = problem(g=1)
