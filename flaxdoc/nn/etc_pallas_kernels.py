@@ -5,7 +5,8 @@ long queries padded to whole query tiles, keys padded by `r` on the left so that
 window of query tile `i0` starts at padded key `i0`, per-axis Rich scalars as rows
 `[A, tokens]`, one int per token for its document or `INVALID_QUERY` / `INVALID_KEY`.
 Everything pairwise lives in registers: a `[BQ, BK]` tile of scores, its Rich term, its
-mask and (backward) its gradient. `Config` carries the static sizes.
+mask and (backward) its gradient; the key-tile backward holds the same tiles transposed,
+`[BK, BQ]`. `Config` carries the static sizes.
 """
 
 from __future__ import annotations
@@ -222,6 +223,8 @@ def _pair_grads(cfg, seed, bh, qi, kj, q, k, v, do, lse, delta, q_side, k_side, 
   else:
     p_dropped = p
   ds = p * (dp - delta_b)
+  if rich_sum not in (None, "query", "key"):
+    raise ValueError(f"_pair_grads: rich_sum={rich_sum!r}, expected 'query' or 'key'")
   rich = []
   query_axis, key_axis = (1, 0) if transposed else (0, 1)
   axis = key_axis if rich_sum == "query" else query_axis  # the axis summed over

@@ -8,6 +8,7 @@ the kernel has its own hand-written backward. The XLA blocked path is checked to
 from __future__ import annotations
 
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -142,6 +143,7 @@ def test_bfloat16_gradients_come_back_in_bfloat16_and_near_the_reference():
     p[name] = p[name].astype(jnp.bfloat16)
   out, grads = value_and_grads(kernel_fn(p, 7, MIXED), dict(p, ct=p["ct"].astype(jnp.bfloat16)))
   as32 = {name: p[name].astype(jnp.float32) for name in ("q", "k", "v", "kg", "vg")}
+  as32["ct"] = p["ct"].astype(jnp.bfloat16).astype(jnp.float32)  # the same cotangent
   ref_out, ref_grads = value_and_grads(reference_fn(dict(p, **as32), 7), dict(p, **as32))
   assert out.dtype == jnp.bfloat16
   for name, g, rg in zip(DIFF, grads, ref_grads):
@@ -333,4 +335,15 @@ def test_lowers_to_triton_for_a_gpu():
 
   lowered = jax.jit(jax.grad(step, argnums=(0, 1, 2, 3))).trace(x, x, x, scalars).lower(
       lowering_platforms=("cuda",))
-  assert lowered.as_text().count("xla.gpu.triton") == 3
+  text = lowered.as_text()
+  assert text.count("xla.gpu.triton") == 3
+  # Each kernel's results: dq, dk and dv leave the backward kernels in bf16 (the rest,
+  # Rich's scalars, lse and the global keys' partial sums, stay float32).
+  results = {}
+  for line in text.splitlines():
+    if "xla.gpu.triton" in line:
+      name = re.search(r'name = \\?"(etc_[a-z_]+)', line).group(1)
+      results[name] = re.findall(r"x(bf16|f32)>", line.rsplit("->", 1)[-1])
+  assert results == {"etc_rich_forward": ["bf16", "f32"],
+                     "etc_rich_backward_dq": ["bf16"] + ["f32"] * 5,
+                     "etc_rich_backward_dkv": ["bf16", "bf16", "f32", "f32"]}
