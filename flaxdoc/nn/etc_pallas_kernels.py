@@ -206,6 +206,8 @@ def _pair_grads(cfg, seed, bh, qi, kj, q, k, v, do, lse, delta, q_side, k_side, 
   pieces are recomputed here rather than kept from the logits: keeping them alive
   through the softmax spills registers.
   """
+  if rich_sum not in (None, "query", "key"):
+    raise ValueError(f"_pair_grads: rich_sum={rich_sum!r}, expected 'query' or 'key'")
   scale = 1.0 / math.sqrt(q.shape[-1])
   s = (_dot_t(k, q) if transposed else _dot_t(q, k)) * scale
   use_rich = cfg.num_axes and k_side is not None
@@ -223,8 +225,6 @@ def _pair_grads(cfg, seed, bh, qi, kj, q, k, v, do, lse, delta, q_side, k_side, 
   else:
     p_dropped = p
   ds = p * (dp - delta_b)
-  if rich_sum not in (None, "query", "key"):
-    raise ValueError(f"_pair_grads: rich_sum={rich_sum!r}, expected 'query' or 'key'")
   rich = []
   query_axis, key_axis = (1, 0) if transposed else (0, 1)
   axis = key_axis if rich_sum == "query" else query_axis  # the axis summed over
