@@ -30,6 +30,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
+from flaxdoc.nn import pallas_math as pm
+
 F32 = jnp.float32
 _SQRT_HALF = 0.7071067811865476
 _INV_SQRT_2PI = 0.3989422804014327
@@ -84,28 +86,29 @@ class Config:
 
 
 # --------------------------------------------------------------------------- elementwise pieces
-def _erf(x):
+def _erf(x, interpret: bool):
   """erf in float32 (Abramowitz & Stegun 7.1.26, |error| <= 1.5e-7).
 
-  Pallas' Triton lowering has no `erf`; this rational-exponential form needs only exp.
+  Pallas' Triton lowering has no `erf`; this rational-exponential form needs only an
+  exponential and a reciprocal, one instruction each on a GPU (`pallas_math`).
   """
   a = jnp.abs(x)
-  t = 1.0 / (1.0 + 0.3275911 * a)
+  t = pm.reciprocal(1.0 + 0.3275911 * a, interpret)
   poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741
                                                      + t * (-1.453152027 + t * 1.061405429))))
-  y = 1.0 - poly * jnp.exp(-a * a)
+  y = 1.0 - poly * pm.exp(-a * a, interpret)
   return jnp.where(x < 0, -y, y)
 
 
-def gelu(x):
+def gelu(x, interpret: bool):
   """Exact GELU `x * Phi(x)`."""
-  return 0.5 * x * (1.0 + _erf(x * _SQRT_HALF))
+  return 0.5 * x * (1.0 + _erf(x * _SQRT_HALF, interpret))
 
 
-def gelu_and_grad(x):
+def gelu_and_grad(x, interpret: bool):
   """`(gelu(x), gelu'(x))` with `gelu'(x) = Phi(x) + x * phi(x)`."""
-  cdf = 0.5 * (1.0 + _erf(x * _SQRT_HALF))
-  return x * cdf, cdf + x * _INV_SQRT_2PI * jnp.exp(-0.5 * x * x)
+  cdf = 0.5 * (1.0 + _erf(x * _SQRT_HALF, interpret))
+  return x * cdf, cdf + x * _INV_SQRT_2PI * pm.exp(-0.5 * x * x, interpret)
 
 
 def _dot(cfg, a, b, trans_a=False):
@@ -145,7 +148,7 @@ def edge_dot_kernel(cfg, per_node_u, s_ref, n_ref, tgt_ref, e_ref, we_ref, b1_re
   """`out[e] = sum_h x[e, h] u[h]` over this chunk: `u` the score vector (forward), or the
   pooled gradient of the edge's source node (`per_node_u`, backward)."""
   s_rows = _per_edge(cfg, s_ref[...].astype(F32))
-  x = gelu(_pre(cfg, s_rows, n_ref, tgt_ref[...], e_ref[...], we_ref, b1_ref))
+  x = gelu(_pre(cfg, s_rows, n_ref, tgt_ref[...], e_ref[...], we_ref, b1_ref), cfg.interpret)
   if per_node_u:
     u = _per_edge(cfg, u_ref[...].astype(F32))
   else:
@@ -156,7 +159,7 @@ def edge_dot_kernel(cfg, per_node_u, s_ref, n_ref, tgt_ref, e_ref, we_ref, b1_re
 def pool_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, b1_ref, a_ref, out_ref):
   """`pooled[l, h] = sum_k a[l, k] x[l, k, h]` for this tile's nodes and chunk."""
   s_rows = _per_edge(cfg, s_ref[...].astype(F32))
-  x = gelu(_pre(cfg, s_rows, n_ref, tgt_ref[...], e_ref[...], we_ref, b1_ref))
+  x = gelu(_pre(cfg, s_rows, n_ref, tgt_ref[...], e_ref[...], we_ref, b1_ref), cfg.interpret)
   out_ref[...] = _per_node(cfg, a_ref[...][:, None] * x).astype(out_ref.dtype)
 
 
@@ -166,9 +169,9 @@ def _d_hidden(a, ds, dp_rows, v_ref):
   return a[:, None] * dp_rows + ds[:, None] * v_ref[...].astype(F32)[None, :]
 
 
-def _pre_grad(pre, a, ds, dp_rows, v_ref):
+def _pre_grad(cfg, pre, a, ds, dp_rows, v_ref):
   """`(x, d pre)` of edge rows, `d pre = dx * gelu'(pre)`."""
-  x, slope = gelu_and_grad(pre)
+  x, slope = gelu_and_grad(pre, cfg.interpret)
   return x, _d_hidden(a, ds, dp_rows, v_ref) * slope
 
 
@@ -180,7 +183,7 @@ def source_grad_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, b1_ref, v_ref,
   e_rows = e_ref[...]
   pre = _pre(cfg, s_rows, n_ref, tgt_ref[...], e_rows, we_ref, b1_ref)
   ds = ds_ref[...]
-  x, d_pre = _pre_grad(pre, a_ref[...], ds, _per_edge(cfg, dp_ref[...].astype(F32)), v_ref)
+  x, d_pre = _pre_grad(cfg, pre, a_ref[...], ds, _per_edge(cfg, dp_ref[...].astype(F32)), v_ref)
   d_self_ref[...] = _per_node(cfg, d_pre)
   d_v_ref[...] = jnp.sum(ds[:, None] * x, axis=0)
   d_we_ref[...] = _dot(cfg, e_rows, d_pre, trans_a=True)
@@ -221,7 +224,7 @@ def target_grad_kernel(cfg, bounds_ref, order_ref, s_ref, n_ref, tgt_ref, e_ref,
   def d_pre_of(edge, tgt):
     src = edge // kp
     pre = _pre(cfg, s_ref[src, :].astype(F32), n_ref, tgt, e_ref[edge, :], we_ref, b1_ref)
-    return _pre_grad(pre, a_ref[edge], ds_ref[edge], dp_ref[src, :].astype(F32), v_ref)[1]
+    return _pre_grad(cfg, pre, a_ref[edge], ds_ref[edge], dp_ref[src, :].astype(F32), v_ref)[1]
 
   _sum_by_target(cfg, bounds_ref, order_ref, tgt_ref, d_pre_of, d_nb_ref)
 
@@ -231,7 +234,8 @@ def saving_scores_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, b1_ref, u_re
                          x_ref, slope_ref):
   """The forward scores (as `edge_dot_kernel`), also writing the tile's `x` and `gelu'(pre)`."""
   s_rows = _per_edge(cfg, s_ref[...].astype(F32))
-  x, slope = gelu_and_grad(_pre(cfg, s_rows, n_ref, tgt_ref[...], e_ref[...], we_ref, b1_ref))
+  x, slope = gelu_and_grad(_pre(cfg, s_rows, n_ref, tgt_ref[...], e_ref[...], we_ref, b1_ref),
+                           cfg.interpret)
   x_ref[...] = x.astype(x_ref.dtype)
   slope_ref[...] = slope.astype(slope_ref.dtype)
   out_ref[...] = jnp.sum(x * u_ref[...].astype(F32)[None, :], axis=1)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from flax import linen as nn
 
+from flaxdoc.bench import kernel_sass
 from flaxdoc.layout import rich as rich_lib
 from flaxdoc.models.document_encoder import EncoderSpec
 from flaxdoc.nn import etc_pallas as ep
@@ -320,21 +321,9 @@ def test_encoder_spec_names_the_field(fields, message):
 def test_lowers_to_triton_for_a_gpu():
   """Forward and backward lowered for CUDA on this CPU (no GPU needed): a construct that
   Pallas' Triton backend lacks fails here, not on the first GPU. Three Triton kernels,
-  bfloat16, Rich Attention, dropout and FormNet-A2's radius."""
-  b, n, h, d, a = 1, 200, 2, 64, 2
-  x = jnp.zeros((b, n, h, d), jnp.bfloat16)
-  g = jnp.zeros((b, 1, h, d), jnp.bfloat16)
-  scalars = jnp.zeros((b, h, n, a))
-
-  def step(q, k, v, oq):
-    out = ep.long_query_attention(
-        q, k, v, g, g, jnp.ones((b, n), bool), jnp.ones((b, 1), bool), local_radius=84,
-        rich=(oq, scalars, scalars, scalars, jnp.ones((h, a)), jnp.zeros((b, n, a))),
-        dropout_rate=0.1, dropout_seed=jnp.zeros((1,), jnp.int32), interpret=False)
-    return out.astype(jnp.float32).sum()
-
-  lowered = jax.jit(jax.grad(step, argnums=(0, 1, 2, 3))).trace(x, x, x, scalars).lower(
-      lowering_platforms=("cuda",))
+  bfloat16, Rich Attention, dropout and FormNet-A2's radius (`bench.kernel_sass`'s problem)."""
+  grad, args, _, _ = kernel_sass.etc_problem(None, length=200, heads=2)
+  lowered = jax.jit(grad).trace(*args).lower(lowering_platforms=("cuda",))
   text = lowered.as_text()
   assert text.count("xla.gpu.triton") == 3
   # Each kernel's results: dq, dk and dv leave the backward kernels in bf16 (the rest,

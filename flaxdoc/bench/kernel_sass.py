@@ -1,0 +1,322 @@
+"""The fused Pallas kernels as a GPU would run them, compiled on this machine: registers,
+spills and instructions per pair (ETC + Rich Attention) or per edge element (the GCN).
+
+    python -m flaxdoc.bench.kernel_sass [--json] [--arch 90] [--kernels etc gcn gcn_saved]
+        [--etc_tiles 32,64,4,32,32,4] [--gcn_tiles 16,32,32,4]
+
+Needs the `triton` package (`pip install triton`; no GPU, no CUDA install: its wheel
+carries `ptxas` and `nvdisasm`). Each kernel is lowered by JAX for CUDA at FormNet-A2's
+sizes, its Triton IR taken from Pallas' lowering, compiled by that Triton for the chosen
+architecture (sm_90: H100, H200) and disassembled. The counts are static: for the ETC
+kernels, the instructions of one pass of the key-tile loop divided by the pairs each
+thread handles in it; for the GCN kernels (no loop but the target side's), the whole
+program divided by its edge elements per thread. `MUFU` counts the special-function
+unit's instructions (exp2, log2, reciprocal), which issue at a quarter of the FP32 rate.
+
+A proxy for time, not a timing: it cannot see stalls, occupancy or memory, and XLA
+compiles the same IR with the Triton it bundles, whose passes may differ from the
+`triton` package's. It is what a machine without a GPU can tell about a kernel change,
+and it told which half of the per-pair work was libdevice's `log1p` / `exp`
+(`flaxdoc.nn.pallas_math`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+from flaxdoc.bench import common
+
+# --------------------------------------------------------------------------- SASS text
+
+
+@dataclasses.dataclass(frozen=True)
+class Listing:
+  """An `nvdisasm` listing: `(address, opcode)` per instruction, label -> address."""
+  instructions: tuple[tuple[int, str], ...]
+  labels: dict
+
+  def opcodes(self, start: int = 0, end: int | None = None) -> collections.Counter:
+    end = (1 << 62) if end is None else end
+    return collections.Counter(op for addr, op in self.instructions if start <= addr <= end)
+
+
+_LABEL = re.compile(r"^\s*(\.L[_\w]+):")
+_INSTRUCTION = re.compile(r"^\s*/\*([0-9a-f]+)\*/\s+(.*?);")
+_GUARD = re.compile(r"^@!?U?P[T0-9]+\s+")
+
+
+def _opcode(text: str) -> str:
+  """`@!P1 BRA \\`(.L_x_3)` -> `BRA`; `FFMA.FTZ R1, ...` -> `FFMA`."""
+  return _GUARD.sub("", text).split()[0].split(".")[0]
+
+
+def parse_sass(text: str) -> tuple[Listing, list[tuple[int, int]]]:
+  """The listing and its loops: `(start, end)` address ranges closed by a branch back."""
+  instructions, labels, pending, branches = [], {}, [], []
+  for line in text.splitlines():
+    m = _LABEL.match(line)
+    if m:
+      pending.append(m.group(1))
+      continue
+    m = _INSTRUCTION.match(line)
+    if not m:
+      continue
+    addr, body = int(m.group(1), 16), m.group(2).strip()
+    for label in pending:
+      labels[label] = addr
+    pending = []
+    op = _opcode(body)
+    instructions.append((addr, op))
+    if op == "BRA":
+      target = re.search(r"\((\.L[_\w]+)\)", body)
+      if target:
+        branches.append((addr, target.group(1)))
+  loops = [(labels[t], addr) for addr, t in branches if t in labels and labels[t] < addr]
+  return Listing(tuple(instructions), labels), loops
+
+
+def hot_loop(listing: Listing, loops) -> tuple[int, int] | None:
+  """The loop with the most instructions (the key-tile loop of an ETC kernel)."""
+  if not loops:
+    return None
+  return max(loops, key=lambda r: sum(1 for a, _ in listing.instructions if r[0] <= a <= r[1]))
+
+
+def resources(text: str) -> dict:
+  """`cuobjdump -res-usage` -> `{"registers", "stack", "local", "shared"}` (bytes but registers)."""
+  found = dict(re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", text))
+  return {"registers": int(found.get("REG", 0)), "stack": int(found.get("STACK", 0)),
+          "local": int(found.get("LOCAL", 0)), "shared": int(found.get("SHARED", 0))}
+
+
+FP32 = ("FFMA", "FADD", "FMUL", "FMNMX", "FSEL", "FSETP")
+INTEGER = ("IADD3", "IMAD", "LOP3", "SHF", "ISETP", "LEA", "SEL", "PRMT", "IABS")
+
+
+def summarize(name: str, sass: str, usage: dict, elements_per_thread: int) -> dict:
+  """One row: resources, and instructions per element of the hot loop (or the program)."""
+  listing, loops = parse_sass(sass)
+  loop = hot_loop(listing, loops)
+  ops = listing.opcodes(*loop) if loop else listing.opcodes()
+  total = sum(ops.values())
+  per = 1.0 / elements_per_thread
+  return {"kernel": name, "registers": usage["registers"],
+          "spill_bytes": usage["local"] + usage["stack"],
+          "static_instructions": len(listing.instructions),
+          "counted": "loop" if loop else "program", "counted_instructions": total,
+          "per_element": total * per, "mufu_per_element": ops["MUFU"] * per,
+          "fp32_per_element": sum(ops[o] for o in FP32) * per,
+          "int_per_element": sum(ops[o] for o in INTEGER) * per,
+          "branches_per_element": ops["BRA"] * per,
+          "mma": ops["HMMA"] + ops["HGMMA"]}
+
+
+# --------------------------------------------------------------------------- compiling
+
+
+@contextlib.contextmanager
+def captured_triton_modules():
+  """Records `(kernel name, Triton IR text)` of every Pallas kernel lowered for a GPU.
+
+  Pallas keeps its Triton module as bytecode inside the custom call; the text is taken
+  where it is built (`jax._src.pallas.triton.lowering`, a private module: if a JAX
+  release moves it, this says so).
+  """
+  try:
+    from jax._src.pallas.triton import lowering  # pylint: disable=import-outside-toplevel
+    original = lowering.lower_jaxpr_to_triton_module
+  except (ImportError, AttributeError) as e:
+    raise RuntimeError("kernel_sass: this JAX has no jax._src.pallas.triton.lowering."
+                       "lower_jaxpr_to_triton_module to take the Triton IR from") from e
+  found = []
+
+  def capture(jaxpr, *args, **kwargs):
+    result = original(jaxpr, *args, **kwargs)
+    found.append((jaxpr.debug_info.func_name,
+                  result.module.operation.get_asm(enable_debug_info=False)))
+    return result
+
+  lowering.lower_jaxpr_to_triton_module = capture
+  try:
+    yield found
+  finally:
+    lowering.lower_jaxpr_to_triton_module = original
+
+
+def lower_kernels(fn, args) -> list[dict]:
+  """`[{name, ir, warps, stages}]` of the kernels `jax.jit(fn)(*args)` runs on a GPU."""
+  import jax  # pylint: disable=import-outside-toplevel
+  with captured_triton_modules() as found:
+    text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+  params = {}
+  for line in text.splitlines():
+    if "xla.gpu.triton" not in line:
+      continue
+    name = re.search(r'name = \\?"(\w+)', line).group(1)
+    warps, stages = (int(re.search(rf"{k} = (\d+)", line).group(1))
+                     for k in ("num_warps", "num_stages"))
+    if params.setdefault(name, (warps, stages)) != (warps, stages):
+      raise RuntimeError(f"kernel_sass: kernel {name} lowered with two settings")
+  return [{"name": n, "ir": ir, "warps": params[n][0], "stages": params[n][1]}
+          for n, ir in found]
+
+
+def _triton():
+  try:
+    import triton  # pylint: disable=import-outside-toplevel
+    from triton.backends.nvidia import compiler as nvidia  # pylint: disable=import-outside-toplevel
+  except ImportError as e:
+    raise RuntimeError("kernel_sass needs the triton package: pip install triton "
+                       "(no GPU needed)") from e
+  return triton, os.path.join(os.path.dirname(nvidia.__file__), "bin")
+
+
+def compile_to_sass(ir: str, warps: int, stages: int, arch: int = 90) -> tuple[str, dict]:
+  """`(nvdisasm listing, resources)` of one kernel's Triton IR, as Triton builds it."""
+  triton, tools = _triton()
+  from triton._C.libtriton import ir as tir  # pylint: disable=import-outside-toplevel
+  from triton.backends.compiler import GPUTarget  # pylint: disable=import-outside-toplevel
+  target = GPUTarget("cuda", arch, 32)
+  backend = triton.compiler.make_backend(target)
+  options = backend.parse_options({"num_warps": warps, "num_stages": stages})
+  with tempfile.TemporaryDirectory() as tmp:
+    raw = os.path.join(tmp, "raw.ttir")
+    with open(raw, "w", encoding="utf-8") as f:
+      f.write(ir)
+    # triton.compile skips the IR's own stage for IR files: run the TTIR passes (inlining,
+    # canonicalisation, CSE) that a kernel written in Triton gets, then compile from there.
+    context = tir.context()
+    tir.load_dialects(context)
+    backend.load_dialects(context)
+    module = tir.parse_mlir_module(raw, context)
+    module.context = context
+    module = backend.make_ttir(module, {}, options, arch)
+    path = os.path.join(tmp, "kernel.ttir")
+    with open(path, "w", encoding="utf-8") as f:
+      f.write(str(module))
+    kernel = triton.compile(path, target=target,
+                            options={"num_warps": warps, "num_stages": stages})
+    cubin = os.path.join(tmp, "kernel.cubin")
+    with open(cubin, "wb") as f:
+      f.write(kernel.asm["cubin"])
+    sass = subprocess.run([os.path.join(tools, "nvdisasm"), cubin], check=True,
+                          capture_output=True, text=True).stdout
+    usage = subprocess.run([os.path.join(tools, "cuobjdump"), "-res-usage", cubin], check=True,
+                           capture_output=True, text=True).stdout
+  return sass, resources(usage)
+
+
+# --------------------------------------------------------------------------- FormNet-A2's kernels
+
+
+def etc_problem(tiles, length: int = 1024, heads: int = 12):
+  """`(gradient function, its inputs, pairs a thread handles per pass of each kernel's
+  key-tile loop, "pair")`: the ETC + Rich layer's three kernels (forward, `dq`, `dk dv`)
+  at FormNet-A2's sizes (radius 84, 12 heads x 64, 2 Rich axes, dropout, bfloat16)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from flaxdoc.nn import etc_pallas as ep  # pylint: disable=import-outside-toplevel
+  b, n, h, d, a = 1, length, heads, 64, 2
+  x = jnp.zeros((b, n, h, d), jnp.bfloat16)
+  g = jnp.zeros((b, 1, h, d), jnp.bfloat16)
+  scalars = jnp.zeros((b, h, n, a))
+
+  def loss(q, k, v, oq):
+    out = ep.long_query_attention(
+        q, k, v, g, g, jnp.ones((b, n), bool), jnp.ones((b, 1), bool), local_radius=84,
+        rich=(oq, scalars, scalars, scalars, jnp.ones((h, a)), jnp.zeros((b, n, a))),
+        dropout_rate=0.1, dropout_seed=jnp.zeros((1,), jnp.int32), interpret=False,
+        tiles=tiles)
+    return out.astype(jnp.float32).sum()
+
+  t = tiles or ep.DEFAULT_TILES
+  forward = t.block_q * t.block_k // (32 * t.warps)
+  backward = t.backward_block_q * t.backward_block_k // (32 * t.backward_warps)
+  per_thread = {"etc_rich_forward": forward, "etc_rich_backward_dq": backward,
+                "etc_rich_backward_dkv": backward}
+  return jax.grad(loss, argnums=(0, 1, 2, 3)), (x, x, x, scalars), per_thread, "pair"
+
+
+def gcn_problem(tiles, save: bool, nodes: int = 1024, hidden: int = 1548):
+  """As `etc_problem`, "edge element": one GCN layer's kernels at FormNet-A2's sizes (768
+  wide, hidden 2E + F = 1,548, 8 slots, 12 edge features, bfloat16), and the edge
+  elements (edge x hidden unit) a thread handles per program, or per pass of the target
+  side's loop."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from flaxdoc.nn import gcn_pallas as gp  # pylint: disable=import-outside-toplevel
+  b, k, f = 1, 8, 12
+  s = jnp.zeros((b, nodes, hidden), jnp.bfloat16)
+  ids, mask = jnp.zeros((b, nodes, k), jnp.int32), jnp.ones((b, nodes, k), bool)
+  e = jnp.zeros((b, nodes, k, f))
+
+  def loss(s, n, we, b1, v):
+    pooled, weights = gp.attention_pool(s, n, e, ids, mask, we, b1, v, interpret=False,
+                                        save_activations=save, tiles=tiles)
+    return pooled.astype(jnp.float32).sum() + weights.sum()
+
+  t = tiles or gp.DEFAULT_TILES
+  threads = 32 * t.warps
+  rows = t.block_nodes * int(2 ** (k - 1).bit_length())  # node tile x padded slots
+  tile = rows * t.block_hidden // threads
+  per_thread = collections.defaultdict(lambda: tile)
+  for name in ("gcn_backward_target", "gcn_saved_backward_target"):
+    per_thread[name] = t.block_edges * t.block_hidden // threads
+  args = (s, s, jnp.zeros((f, hidden)), jnp.zeros(hidden), jnp.zeros(hidden))
+  return jax.grad(loss, argnums=(0, 1, 2, 3, 4)), args, per_thread, "edge element"
+
+
+def run(kernels=("etc", "gcn_saved"), etc_tiles=None, gcn_tiles=None, arch: int = 90):
+  """One row per distinct kernel of the chosen problems."""
+  rows = []
+  for which in kernels:
+    if which == "etc":
+      fn, args, per_thread, unit = etc_problem(etc_tiles)
+    elif which in ("gcn", "gcn_saved"):
+      fn, args, per_thread, unit = gcn_problem(gcn_tiles, save=which == "gcn_saved")
+    else:
+      raise ValueError(f"kernel_sass: unknown kernels {which!r}: etc, gcn or gcn_saved")
+    seen = set()
+    for k in lower_kernels(fn, args):
+      if k["name"] in seen:  # the recomputing GCN runs its scores kernel twice
+        continue
+      seen.add(k["name"])
+      sass, usage = compile_to_sass(k["ir"], k["warps"], k["stages"], arch)
+      row = summarize(k["name"], sass, usage, per_thread[k["name"]])
+      rows.append({"problem": which, **row, "element": unit, "warps": k["warps"],
+                   "arch": f"sm_{arch}"})
+  return rows
+
+
+COLUMNS = ("kernel", "registers", "spill_bytes", "counted", "counted_instructions",
+           "per_element", "mufu_per_element", "fp32_per_element", "int_per_element",
+           "branches_per_element", "element")
+
+
+def main(argv=None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--json", action="store_true")
+  ap.add_argument("--arch", type=int, default=90, help="compute capability, 90 = H100/H200")
+  ap.add_argument("--kernels", nargs="+", default=["etc", "gcn_saved"],
+                  choices=["etc", "gcn", "gcn_saved"])
+  ap.add_argument("--etc_tiles", default=None, help="six ints, as bench.etc_kernel --tiles")
+  ap.add_argument("--gcn_tiles", default=None, help="four ints, as bench.gcn_kernel --tiles")
+  a = ap.parse_args(argv)
+  from flaxdoc.bench import etc_kernel, gcn_kernel  # pylint: disable=import-outside-toplevel
+  etc_tiles = etc_kernel.parse_tiles(a.etc_tiles) if a.etc_tiles else None
+  gcn_tiles = gcn_kernel.parse_tiles(a.gcn_tiles) if a.gcn_tiles else None
+  common.emit(run(a.kernels, etc_tiles, gcn_tiles, a.arch), as_json=a.json, columns=COLUMNS,
+              title=f"fused kernels compiled for sm_{a.arch} (static counts, no GPU)")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
