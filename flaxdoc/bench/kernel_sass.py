@@ -215,6 +215,8 @@ def compile_to_sass(ir: str, warps: int, stages: int, arch: int = 90) -> tuple[s
 
 
 # --------------------------------------------------------------------------- FormNet-A2's kernels
+LAYER_BATCH = 16  # rows of the pre-training step the per-layer counts are for (1,024 tokens each)
+
 
 
 def etc_problem(tiles, length: int = 1024, heads: int = 12):
@@ -242,7 +244,30 @@ def etc_problem(tiles, length: int = 1024, heads: int = 12):
   backward = t.backward_block_q * t.backward_block_k // (32 * t.backward_warps)
   per_thread = {"etc_rich_forward": forward, "etc_rich_backward_dq": backward,
                 "etc_rich_backward_dkv": backward}
-  return jax.grad(loss, argnums=(0, 1, 2, 3)), (x, x, x, scalars), per_thread, "pair"
+  return (jax.grad(loss, argnums=(0, 1, 2, 3)), (x, x, x, scalars), per_thread, "pair",
+          etc_passes(t, length, heads))
+
+
+def etc_passes(tiles, length: int = 1024, heads: int = 12, radius: int = 84,
+               batch: int = LAYER_BATCH) -> dict:
+  """Passes of each ETC kernel's key-tile loop over one layer of `batch` rows: the query
+  tiles times the key tiles of their windows (forward, `dq`), and for `dk, dv` the
+  query tiles that see each key tile. Taller tiles cover more keys outside the band."""
+  from flaxdoc.nn import etc_pallas_kernels as ek  # pylint: disable=import-outside-toplevel
+  cfg = ek.Config(radius=radius, length=length, num_globals=1, num_axes=2, dropout_rate=0.1,
+                  block_q=tiles.block_q, block_k=tiles.block_k, warps=tiles.warps,
+                  interpret=False, backward_tiles=(tiles.backward_block_q,
+                                                   tiles.backward_block_k, tiles.backward_warps))
+  bwd = cfg.backward()
+  dkv = 0
+  for j0 in range(0, bwd.padded_k, bwd.block_k):  # as dkv_kernel's lo / hi
+    lo = max(j0 - 2 * radius, 0) // bwd.block_q
+    hi = min((j0 + bwd.block_k - 1) // bwd.block_q, bwd.q_tiles - 1) + 1
+    dkv += max(hi - lo, 0)
+  rows = batch * heads
+  return {"etc_rich_forward": rows * cfg.q_tiles * cfg.key_tiles,
+          "etc_rich_backward_dq": rows * bwd.q_tiles * bwd.key_tiles,
+          "etc_rich_backward_dkv": rows * dkv}
 
 
 def gcn_problem(tiles, save: bool, nodes: int = 1024, hidden: int = 1548):
@@ -271,7 +296,13 @@ def gcn_problem(tiles, save: bool, nodes: int = 1024, hidden: int = 1548):
   for name in ("gcn_backward_target", "gcn_saved_backward_target"):
     per_thread[name] = t.block_edges * t.block_hidden // threads
   args = (s, s, jnp.zeros((f, hidden)), jnp.zeros(hidden), jnp.zeros(hidden))
-  return jax.grad(loss, argnums=(0, 1, 2, 3, 4)), args, per_thread, "edge element"
+  # Programs of one layer of LAYER_BATCH rows; the target side's loop runs about K * BL / BE
+  # passes a program (each node with K in-edges, as in a local graph).
+  programs = LAYER_BATCH * (-(-nodes // t.block_nodes)) * (-(-hidden // t.block_hidden))
+  passes = collections.defaultdict(lambda: programs)
+  for name in ("gcn_backward_target", "gcn_saved_backward_target"):
+    passes[name] = programs * (-(-k * t.block_nodes // t.block_edges))
+  return jax.grad(loss, argnums=(0, 1, 2, 3, 4)), args, per_thread, "edge element", passes
 
 
 def run(kernels=("etc", "gcn_saved"), etc_tiles=None, gcn_tiles=None, arch: int = 90):
@@ -279,9 +310,9 @@ def run(kernels=("etc", "gcn_saved"), etc_tiles=None, gcn_tiles=None, arch: int 
   rows = []
   for which in kernels:
     if which == "etc":
-      fn, args, per_thread, unit = etc_problem(etc_tiles)
+      fn, args, per_thread, unit, passes = etc_problem(etc_tiles)
     elif which in ("gcn", "gcn_saved"):
-      fn, args, per_thread, unit = gcn_problem(gcn_tiles, save=which == "gcn_saved")
+      fn, args, per_thread, unit, passes = gcn_problem(gcn_tiles, save=which == "gcn_saved")
     else:
       raise ValueError(f"kernel_sass: unknown kernels {which!r}: etc, gcn or gcn_saved")
     seen = set()
@@ -291,13 +322,16 @@ def run(kernels=("etc", "gcn_saved"), etc_tiles=None, gcn_tiles=None, arch: int 
       seen.add(k["name"])
       sass, usage = compile_to_sass(k["ir"], k["warps"], k["stages"], arch)
       row = summarize(k["name"], sass, usage, per_thread[k["name"]])
-      rows.append({"problem": which, **row, "element": unit, "warps": k["warps"],
-                   "arch": f"sm_{arch}"})
+      # Static instructions x passes: what one layer issues if every pass runs the whole
+      # counted code (warp instructions; the fairer figure across tilings).
+      layer = row["counted_instructions"] * k["warps"] * passes[k["name"]] / 1e9
+      rows.append({"problem": which, **row, "layer_warp_ginstr": layer, "element": unit,
+                   "warps": k["warps"], "arch": f"sm_{arch}"})
   return rows
 
 
 COLUMNS = ("kernel", "registers", "spill_bytes", "counted", "counted_instructions",
-           "per_element", "mufu_per_element", "fp32_per_element", "int_per_element",
+           "layer_warp_ginstr", "per_element", "mufu_per_element", "fp32_per_element", "int_per_element",
            "branches_per_element", "element")
 
 

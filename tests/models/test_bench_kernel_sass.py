@@ -54,7 +54,7 @@ def test_resources_from_cuobjdump():
 
 def test_the_etc_kernels_ir_is_captured_with_their_settings():
   tiles = ep.Tiles(32, 64, 4, 32, 32, 2)
-  fn, args, per_thread, unit = ks.etc_problem(tiles)
+  fn, args, per_thread, unit, passes = ks.etc_problem(tiles)
   kernels = ks.lower_kernels(fn, args)
   assert sorted(k["name"] for k in kernels) == ["etc_rich_backward_dkv", "etc_rich_backward_dq",
                                                 "etc_rich_forward"]
@@ -64,11 +64,38 @@ def test_the_etc_kernels_ir_is_captured_with_their_settings():
     assert k["stages"] == 2
   assert per_thread == {"etc_rich_forward": 16, "etc_rich_backward_dq": 16,
                         "etc_rich_backward_dkv": 16} and unit == "pair"
+  assert passes == ks.etc_passes(tiles)
   # The lowering is left as it was: nothing captured outside the context.
   with ks.captured_triton_modules() as found:
     pass
   jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
   assert found == []
+
+
+@pytest.mark.parametrize("tiles", [ep.DEFAULT_TILES, ep.Tiles(16, 64, 2, 16, 64, 4),
+                                   ep.Tiles(64, 32, 4, 64, 16, 4)])
+def test_loop_passes_per_layer_by_brute_force(tiles):
+  """Every (query tile, key tile) pair a kernel visits, counted from the band itself: the
+  forward and `dq` walk the keys `[i0 - r, i0 + BQ - 1 + r]` of each query tile in whole
+  key tiles; `dk, dv` walks the query tiles holding a query within `r` of a key of its tile."""
+  n, r, heads, batch = 1024, 84, 12, 16
+  q_tiles = -(-n // tiles.block_q)
+  forward = q_tiles * -(-(tiles.block_q + 2 * r) // tiles.block_k)
+  bq, bk = tiles.backward_block_q, tiles.backward_block_k
+  bq_tiles = -(-n // bq)
+  dq = bq_tiles * -(-(bq + 2 * r) // bk)
+  # dk, dv: a (key tile, query tile) pair is visited when some query of the one is within r
+  # of some key of the other (the intervals' gap), over key tiles from the first window's
+  # start (-r) to the last window's end.
+  dkv = 0
+  for k0 in range(-r, bq_tiles * bq + r, bk):
+    for t in range(bq_tiles):
+      gap = max(0, k0 - (t * bq + bq - 1), t * bq - (k0 + bk - 1))
+      dkv += gap <= r
+  rows = batch * heads
+  assert ks.etc_passes(tiles) == {"etc_rich_forward": rows * forward,
+                                  "etc_rich_backward_dq": rows * dq,
+                                  "etc_rich_backward_dkv": rows * dkv}
 
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,

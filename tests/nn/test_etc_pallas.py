@@ -322,7 +322,7 @@ def test_lowers_to_triton_for_a_gpu():
   """Forward and backward lowered for CUDA on this CPU (no GPU needed): a construct that
   Pallas' Triton backend lacks fails here, not on the first GPU. Three Triton kernels,
   bfloat16, Rich Attention, dropout and FormNet-A2's radius (`bench.kernel_sass`'s problem)."""
-  grad, args, _, _ = kernel_sass.etc_problem(None, length=200, heads=2)
+  grad, args, *_ = kernel_sass.etc_problem(None, length=200, heads=2)
   lowered = jax.jit(grad).trace(*args).lower(lowering_platforms=("cuda",))
   text = lowered.as_text()
   assert text.count("xla.gpu.triton") == 3

@@ -96,8 +96,8 @@ def test_the_fused_kernels_evaluate_no_libdevice_exp_or_log1p_per_pair():
   """ETC + Rich (three kernels) and the GCN (saving, five kernels) lowered for CUDA:
   per pair and per edge element only the single-instruction forms. The one `__nv_logf`
   left is the forward's log-sum-exp, once per query row."""
-  etc, etc_args, _, _ = kernel_sass.etc_problem(None, length=200, heads=2)
-  gcn, gcn_args, _, _ = kernel_sass.gcn_problem(None, save=True, nodes=64, hidden=96)
+  etc, etc_args, *_ = kernel_sass.etc_problem(None, length=200, heads=2)
+  gcn, gcn_args, *_ = kernel_sass.gcn_problem(None, save=True, nodes=64, hidden=96)
   for fn, args, kernels in ((etc, etc_args, 3), (gcn, gcn_args, 5)):
     text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
     calls = [line for line in text.splitlines() if "xla.gpu.triton" in line]
