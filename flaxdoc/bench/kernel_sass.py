@@ -10,8 +10,9 @@ sizes, its Triton IR taken from Pallas' lowering, compiled by that Triton for th
 architecture (sm_90: H100, H200) and disassembled. The counts are static: for the ETC
 kernels, the instructions of one pass of the key-tile loop divided by the pairs each
 thread handles in it; for the GCN kernels (no loop but the target side's), the whole
-program divided by its edge elements per thread. `MUFU` counts the special-function
-unit's instructions (exp2, log2, reciprocal), which issue at a quarter of the FP32 rate.
+program (up to its last `EXIT`) divided by its edge elements per thread. `MUFU` counts the
+special-function unit's instructions (exp2, log2, reciprocal): 16 lanes an SM a clock on
+sm_90 against 128 for FP32, an eighth of the rate, in a pipe of its own.
 
 A proxy for time, not a timing: it cannot see stalls, occupancy or memory, and XLA
 compiles the same IR with the Triton it bundles, whose passes may differ from the
@@ -39,12 +40,14 @@ from flaxdoc.bench import common
 
 @dataclasses.dataclass(frozen=True)
 class Listing:
-  """An `nvdisasm` listing: `(address, opcode)` per instruction, label -> address."""
+  """An `nvdisasm` listing: `(address, opcode)` per instruction."""
   instructions: tuple[tuple[int, str], ...]
-  labels: dict
 
   def opcodes(self, start: int = 0, end: int | None = None) -> collections.Counter:
-    end = (1 << 62) if end is None else end
+    """Opcodes in `[start, end]`; by default up to the last `EXIT` (what follows it is the
+    compiler's padding: a branch to itself and `NOP`s, never run)."""
+    if end is None:
+      end = max((a for a, op in self.instructions if op == "EXIT"), default=1 << 62)
     return collections.Counter(op for addr, op in self.instructions if start <= addr <= end)
 
 
@@ -80,7 +83,7 @@ def parse_sass(text: str) -> tuple[Listing, list[tuple[int, int]]]:
       if target:
         branches.append((addr, target.group(1)))
   loops = [(labels[t], addr) for addr, t in branches if t in labels and labels[t] < addr]
-  return Listing(tuple(instructions), labels), loops
+  return Listing(tuple(instructions)), loops
 
 
 def hot_loop(listing: Listing, loops) -> tuple[int, int] | None:
@@ -152,7 +155,11 @@ def captured_triton_modules():
 
 
 def lower_kernels(fn, args) -> list[dict]:
-  """`[{name, ir, warps, stages}]` of the kernels `jax.jit(fn)(*args)` runs on a GPU."""
+  """`[{name, ir, warps, stages}]` of the kernels `jax.jit(fn)(*args)` runs on a GPU.
+
+  `fn` must not have been lowered before in this process: JAX reuses a cached lowering,
+  which never reaches the capture (an error says so rather than returning nothing).
+  """
   import jax  # pylint: disable=import-outside-toplevel
   with captured_triton_modules() as found:
     text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
@@ -165,6 +172,10 @@ def lower_kernels(fn, args) -> list[dict]:
                      for k in ("num_warps", "num_stages"))
     if params.setdefault(name, (warps, stages)) != (warps, stages):
       raise RuntimeError(f"kernel_sass: kernel {name} lowered with two settings")
+  if sorted({n for n, _ in found}) != sorted(params):
+    raise RuntimeError(f"kernel_sass: the lowering has kernels {sorted(params)} but "
+                       f"{sorted({n for n, _ in found})} were captured (a cached lowering? "
+                       "pass a function not lowered before)")
   return [{"name": n, "ir": ir, "warps": params[n][0], "stages": params[n][1]}
           for n, ir in found]
 
@@ -221,8 +232,9 @@ LAYER_BATCH = 16  # rows of the pre-training step the per-layer counts are for (
 
 def etc_problem(tiles, length: int = 1024, heads: int = 12):
   """`(gradient function, its inputs, pairs a thread handles per pass of each kernel's
-  key-tile loop, "pair")`: the ETC + Rich layer's three kernels (forward, `dq`, `dk dv`)
-  at FormNet-A2's sizes (radius 84, 12 heads x 64, 2 Rich axes, dropout, bfloat16)."""
+  key-tile loop, "pair", passes a layer makes (`etc_passes`))`: the ETC + Rich layer's
+  three kernels (forward, `dq`, `dk dv`) at FormNet-A2's sizes (radius 84, 12 heads x 64,
+  2 Rich axes, dropout, bfloat16)."""
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   from flaxdoc.nn import etc_pallas as ep  # pylint: disable=import-outside-toplevel

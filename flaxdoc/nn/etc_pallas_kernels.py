@@ -231,7 +231,7 @@ def _pair_grads(cfg, seed, bh, qi, kj, q, k, v, do, lse, delta, q_side, k_side, 
   for a in range(cfg.num_axes if use_rich else 0):
     before, z, resid = _rich_pieces(cfg, q_side[a], k_side[a], transposed)
     u = jnp.where(before, z, -z)
-    d_order = ds * pm.sigmoid(-u, cfg.interpret)  # d log_sigmoid(u) / du = sigmoid(-u)
+    d_order = ds * pm.log_sigmoid_slope(u, cfg.interpret)
     d_order = jnp.where(before, d_order, -d_order).sum(axis=axis)
     theta = theta_ref[a]
     ds_resid = ds * resid

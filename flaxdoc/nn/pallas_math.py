@@ -7,21 +7,24 @@ a float division is about 8. The kernels evaluate these per pair (ETC + Rich Att
 or per edge and hidden unit (the GCN), where those sequences were about half the
 per-pair instructions (`python -m flaxdoc.bench.kernel_sass`). The hardware's special
 function unit computes `2^x`, `log2 x` and `1/x` in one instruction each to about 2^-22
-(PTX ISA, `ex2.approx`, `lg2.approx`, `rcp.approx`), far below the bfloat16 rounding the
-kernels' results get, and what Triton's own flash attention uses for its softmax.
+(PTX ISA, `ex2.approx`, `lg2.approx`, `rcp.approx`): far below the bfloat16 rounding of
+the kernels' outputs, well inside the float32 tolerances of their log-sum-exp and Rich
+gradients, and the base-2 softmax Triton's own flash attention uses.
 
 So the kernels compute through base 2: `exp(x) = 2^(x log2 e)`, `ln x = log2(x) ln 2`.
 `jnp.exp2` already lowers to the single instruction; `log2` and the reciprocal go through
 inline PTX. Rounding `x log2 e` to float32 costs `exp` a relative error of about
-`7e-8 |x|` (2e-6 at |x| = 30): what every base-2 softmax pays, and nothing next to
-bfloat16's 4e-3. With `interpret=True` (the CPU tests, Pallas' interpreter) the same formulas run
-with `jnp.log2` and a division, so the tests check every rewrite below exactly; only the
-last bits of the three primitives differ on a GPU. `.ftz` flushes subnormals to zero: an
-`exp` under 1e-38 becomes 0, which no softmax weight or sigmoid here can tell apart.
+`7e-8 |x|` (2e-6 at |x| = 30): what every base-2 softmax pays. With `interpret=True` (the
+CPU tests, Pallas' interpreter) the same formulas run with `jnp.log2` and a division, so
+the tests check every rewrite below exactly; only the last bits of the three primitives
+differ on a GPU, where they have not yet run (ptxas accepts them: `bench.kernel_sass`).
+`lg2` and `rcp` only ever see arguments >= 1 here (`1 + x`, `1 + e^-|x|`), so their `.ftz`
+(subnormals flushed to zero) changes nothing; an `exp` under 1e-38 may come out as 0, which
+no softmax weight or slope here can tell apart.
 
-`FLAXDOC_PALLAS_EXACT_MATH=1` (read when a kernel is traced) puts libdevice's functions and
-IEEE division back: for timing the two forms on one GPU, or for ruling them out when a
-result looks wrong.
+`FLAXDOC_PALLAS_EXACT_MATH=1` puts libdevice's functions and IEEE division back: for timing
+the two forms on one GPU, or for ruling them out when a result looks wrong. It is read
+when a kernel is traced, so it takes effect in a new process (or an uncached function).
 """
 
 from __future__ import annotations
@@ -82,6 +85,10 @@ def log_sigmoid(x, interpret: bool):
   return jnp.minimum(x, 0.0) - log1p(exp(-jnp.abs(x), interpret), interpret)
 
 
-def sigmoid(x, interpret: bool):
-  """`1 / (1 + e^-x)`: 0 once `e^-x` overflows to infinity, 1 once it underflows."""
-  return reciprocal(1.0 + exp(-x, interpret), interpret)
+def log_sigmoid_slope(x, interpret: bool):
+  """`d log_sigmoid(x) / dx = sigmoid(-x)`, as `(1 or e^-|x|) / (1 + e^-|x|)`: nothing
+  overflows, and it is built from the same `e^-|x|` and `1 + e^-|x|` as `log_sigmoid(x)`,
+  so a kernel taking both (Rich Attention's backward) computes them once: two special
+  function instructions a pair fewer there (`bench.kernel_sass`)."""
+  e = exp(-jnp.abs(x), interpret)
+  return jnp.where(x <= 0, 1.0, e) * reciprocal(1.0 + e, interpret)

@@ -27,15 +27,17 @@ LISTING = """
         /*0070*/              @!P1 BRA `(.L_x_1) ;
 .L_x_9:
         /*0080*/                   EXIT ;
-        /*0090*/                   BRA `(.L_x_10);
 .L_x_10:
+        /*0090*/                   BRA `(.L_x_10);
+        /*00a0*/                   NOP;
 """
 
 
 def test_parser_finds_the_loop_and_counts_it():
   listing, loops = ks.parse_sass(LISTING)
-  assert len(listing.instructions) == 10
-  assert loops == [(0x20, 0x70)]  # the forward branch to .L_x_9 and the self-branch are not loops
+  assert len(listing.instructions) == 11
+  # Not loops: the forward branch to .L_x_9, and the padding's branch to itself after EXIT.
+  assert loops == [(0x20, 0x70)]
   assert ks.hot_loop(listing, loops) == (0x20, 0x70)
   ops = listing.opcodes(0x20, 0x70)
   assert ops == {"FFMA": 1, "MUFU": 1, "FADD": 1, "IADD3": 1, "ISETP": 1, "BRA": 1}
@@ -44,6 +46,8 @@ def test_parser_finds_the_loop_and_counts_it():
   assert row["per_element"] == 3 and row["mufu_per_element"] == 0.5
   assert row["fp32_per_element"] == 1 and row["int_per_element"] == 1
   assert row["spill_bytes"] == 8 and row["registers"] == 12
+  # Without a loop the whole program counts, up to its last EXIT (not the padding after it).
+  assert sum(listing.opcodes().values()) == 9 and listing.opcodes()["NOP"] == 0
 
 
 def test_resources_from_cuobjdump():
@@ -65,11 +69,17 @@ def test_the_etc_kernels_ir_is_captured_with_their_settings():
   assert per_thread == {"etc_rich_forward": 16, "etc_rich_backward_dq": 16,
                         "etc_rich_backward_dkv": 16} and unit == "pair"
   assert passes == ks.etc_passes(tiles)
-  # The lowering is left as it was: nothing captured outside the context.
+  # A function lowered before reaches no capture (JAX's cache): an error, not nothing.
+  with pytest.raises(RuntimeError, match="cached lowering"):
+    ks.lower_kernels(fn, args)
+  # The lowering is left as it was: nothing captured outside the context, for a function
+  # never lowered before.
   with ks.captured_triton_modules() as found:
     pass
-  jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
+  fresh, fresh_args, *_ = ks.etc_problem(tiles, length=64, heads=1)
+  jax.jit(fresh).trace(*fresh_args).lower(lowering_platforms=("cuda",))
   assert found == []
+  assert len(ks.lower_kernels(*ks.etc_problem(tiles, length=64, heads=1)[:2])) == 3
 
 
 @pytest.mark.parametrize("tiles", [ep.DEFAULT_TILES, ep.Tiles(16, 64, 2, 16, 64, 4),
