@@ -104,8 +104,20 @@ FP32 = ("FFMA", "FADD", "FMUL", "FMNMX", "FSEL", "FSETP")
 INTEGER = ("IADD3", "IMAD", "LOP3", "SHF", "ISETP", "LEA", "SEL", "PRMT", "IABS")
 
 
-def summarize(name: str, sass: str, usage: dict, elements_per_thread: int) -> dict:
-  """One row: resources, and instructions per element of the hot loop (or the program)."""
+def warps_per_sm(registers: int, warps: int, shared_bytes: int = 0) -> int:
+  """Resident warps an SM can hold of a kernel (sm_90: 64K registers allocated per warp in
+  units of 256, 64 warps, 32 blocks, 228 KB of shared memory with 1 KB kept per block).
+  Fewer warps hide less latency: the measured kernels issued at 37-64% of the peak rate."""
+  per_warp = -(-registers * 32 // 256) * 256
+  blocks = min(65536 // (per_warp * warps), 64 // warps, 32,
+               (228 * 1024) // (shared_bytes + 1024))
+  return blocks * warps
+
+
+def summarize(name: str, sass: str, usage: dict, elements_per_thread: int,
+              warps: int = 4) -> dict:
+  """One row: resources, resident warps, and instructions per element of the hot loop (or
+  the program)."""
   listing, loops = parse_sass(sass)
   loop = hot_loop(listing, loops)
   ops = listing.opcodes(*loop) if loop else listing.opcodes()
@@ -113,6 +125,8 @@ def summarize(name: str, sass: str, usage: dict, elements_per_thread: int) -> di
   per = 1.0 / elements_per_thread
   return {"kernel": name, "registers": usage["registers"],
           "spill_bytes": usage["local"] + usage["stack"],
+          "warps_per_sm": warps_per_sm(usage["registers"], warps,
+                                       usage["shared"] + usage.get("dynamic_shared", 0)),
           "static_instructions": len(listing.instructions),
           "counted": "loop" if loop else "program", "counted_instructions": total,
           "per_element": total * per, "mufu_per_element": ops["MUFU"] * per,
@@ -222,7 +236,7 @@ def compile_to_sass(ir: str, warps: int, stages: int, arch: int = 90) -> tuple[s
                           capture_output=True, text=True).stdout
     usage = subprocess.run([os.path.join(tools, "cuobjdump"), "-res-usage", cubin], check=True,
                            capture_output=True, text=True).stdout
-  return sass, resources(usage)
+  return sass, dict(resources(usage), dynamic_shared=int(kernel.metadata.shared))
 
 
 # --------------------------------------------------------------------------- FormNet-A2's kernels
@@ -333,7 +347,7 @@ def run(kernels=("etc", "gcn_saved"), etc_tiles=None, gcn_tiles=None, arch: int 
         continue
       seen.add(k["name"])
       sass, usage = compile_to_sass(k["ir"], k["warps"], k["stages"], arch)
-      row = summarize(k["name"], sass, usage, per_thread[k["name"]])
+      row = summarize(k["name"], sass, usage, per_thread[k["name"]], k["warps"])
       # Static instructions x passes: what one layer issues if every pass runs the whole
       # counted code (warp instructions; the fairer figure across tilings).
       layer = row["counted_instructions"] * k["warps"] * passes[k["name"]] / 1e9
@@ -342,7 +356,7 @@ def run(kernels=("etc", "gcn_saved"), etc_tiles=None, gcn_tiles=None, arch: int 
   return rows
 
 
-COLUMNS = ("kernel", "registers", "spill_bytes", "counted", "counted_instructions",
+COLUMNS = ("kernel", "registers", "spill_bytes", "warps_per_sm", "counted", "counted_instructions",
            "layer_warp_ginstr", "per_element", "mufu_per_element", "fp32_per_element", "int_per_element",
            "branches_per_element", "element")
 

@@ -41,13 +41,26 @@ def test_parser_finds_the_loop_and_counts_it():
   assert ks.hot_loop(listing, loops) == (0x20, 0x70)
   ops = listing.opcodes(0x20, 0x70)
   assert ops == {"FFMA": 1, "MUFU": 1, "FADD": 1, "IADD3": 1, "ISETP": 1, "BRA": 1}
-  row = ks.summarize("k", LISTING, {"registers": 12, "local": 8, "stack": 0, "shared": 0}, 2)
+  row = ks.summarize("k", LISTING, {"registers": 12, "local": 8, "stack": 0, "shared": 0}, 2,
+                     warps=4)
   assert row["counted"] == "loop" and row["counted_instructions"] == 6
   assert row["per_element"] == 3 and row["mufu_per_element"] == 0.5
   assert row["fp32_per_element"] == 1 and row["int_per_element"] == 1
-  assert row["spill_bytes"] == 8 and row["registers"] == 12
+  assert row["spill_bytes"] == 8 and row["registers"] == 12 and row["warps_per_sm"] == 64
   # Without a loop the whole program counts, up to its last EXIT (not the padding after it).
   assert sum(listing.opcodes().values()) == 9 and listing.opcodes()["NOP"] == 0
+
+
+@pytest.mark.parametrize("registers, warps, shared, want", [
+    (240, 4, 0, 8),  # 7,680 registers a warp: two blocks of four warps in 64K
+    (255, 4, 0, 8),  # 8,160 rounded up to 8,192 a warp: still two blocks
+    (168, 2, 0, 12),  # 5,376 a warp, six blocks of two
+    (32, 4, 0, 64),  # bound by the SM's 64 warps
+    (32, 1, 0, 32),  # bound by its 32 blocks
+    (64, 4, 100 * 1024, 8),  # bound by shared memory: two blocks of 101 KB in 228 KB
+])
+def test_resident_warps_as_the_occupancy_calculator_gives_them(registers, warps, shared, want):
+  assert ks.warps_per_sm(registers, warps, shared) == want
 
 
 def test_resources_from_cuobjdump():
