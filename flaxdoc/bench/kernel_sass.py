@@ -14,11 +14,11 @@ program (up to its last `EXIT`) divided by its edge elements per thread. `MUFU` 
 special-function unit's instructions (exp2, log2, reciprocal): 16 lanes an SM a clock on
 sm_90 against 128 for FP32, an eighth of the rate, in a pipe of its own.
 
-A proxy for time, not a timing: it cannot see stalls, occupancy or memory, and XLA
-compiles the same IR with the Triton it bundles, whose passes may differ from the
-`triton` package's. It is what a machine without a GPU can tell about a kernel change,
-and it told which half of the per-pair work was libdevice's `log1p` / `exp`
-(`flaxdoc.nn.pallas_math`).
+A proxy for time, not a timing: it cannot see stalls or memory traffic, occupancy only as
+sm_90's rules allow it (`warps_per_sm`), and XLA compiles the same IR with the Triton it
+bundles, whose passes may differ from the `triton` package's. It is what a machine without
+a GPU can tell about a kernel change, and it told which half of the per-pair work was
+libdevice's `log1p` / `exp` (`flaxdoc.nn.pallas_math`).
 """
 
 from __future__ import annotations
@@ -356,9 +356,9 @@ def run(kernels=("etc", "gcn_saved"), etc_tiles=None, gcn_tiles=None, arch: int 
   return rows
 
 
-COLUMNS = ("kernel", "registers", "spill_bytes", "warps_per_sm", "counted", "counted_instructions",
-           "layer_warp_ginstr", "per_element", "mufu_per_element", "fp32_per_element", "int_per_element",
-           "branches_per_element", "element")
+COLUMNS = ("kernel", "registers", "spill_bytes", "warps_per_sm", "counted",
+           "counted_instructions", "layer_warp_ginstr", "per_element", "mufu_per_element",
+           "fp32_per_element", "int_per_element", "branches_per_element", "element")
 
 
 def main(argv=None) -> int:
