@@ -89,8 +89,8 @@ class Config:
 def _normal_cdf(x, interpret: bool):
   """`(Phi(x), e^(-x^2 / 2))`: the standard normal CDF, through erf(|x| / sqrt 2) by
   Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7, so Phi within 7.5e-8), and the Gaussian
-  kernel that formula already computes (`e^-a^2` with `a^2 = x^2 / 2`), which the GELU's
-  slope needs too: one exponential an element for both, not two.
+  that formula already computes (`e^-a^2` with `a^2 = x^2 / 2`), which the GELU's slope
+  needs too: one exponential an element for both, not two.
 
   Pallas' Triton lowering has no `erf`; this rational-exponential form needs only an
   exponential and a reciprocal, one instruction each on a GPU (`pallas_math`).
@@ -99,9 +99,9 @@ def _normal_cdf(x, interpret: bool):
   t = pm.reciprocal(1.0 + 0.3275911 * a, interpret)
   poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741
                                                      + t * (-1.453152027 + t * 1.061405429))))
-  kernel = pm.exp(-0.5 * x * x, interpret)
-  half_erf = 0.5 - 0.5 * poly * kernel  # erf(a) / 2
-  return 0.5 + jnp.where(x < 0, -half_erf, half_erf), kernel
+  gauss = pm.exp(-0.5 * x * x, interpret)
+  half_erf = 0.5 - 0.5 * poly * gauss  # erf(a) / 2
+  return 0.5 + jnp.where(x < 0, -half_erf, half_erf), gauss
 
 
 def gelu(x, interpret: bool):
@@ -111,8 +111,8 @@ def gelu(x, interpret: bool):
 
 def gelu_and_grad(x, interpret: bool):
   """`(gelu(x), gelu'(x))` with `gelu'(x) = Phi(x) + x * phi(x)`."""
-  cdf, kernel = _normal_cdf(x, interpret)
-  return x * cdf, cdf + x * _INV_SQRT_2PI * kernel
+  cdf, gauss = _normal_cdf(x, interpret)
+  return x * cdf, cdf + x * _INV_SQRT_2PI * gauss
 
 
 def _dot(cfg, a, b, trans_a=False):

@@ -82,11 +82,11 @@ def training_forward(fn, p):
 
 def test_normal_cdf_and_gelu_pieces_match_scipy_and_autodiff():
   x = np.linspace(-9, 9, 4001).astype(np.float32)
-  cdf, kernel = gk._normal_cdf(jnp.asarray(x), True)
+  cdf, gauss = gk._normal_cdf(jnp.asarray(x), True)
   x64 = x.astype(np.float64)
   np.testing.assert_allclose(np.asarray(cdf), 0.5 * (1 + erf(x64 / np.sqrt(2))),
                              atol=2.5e-7)  # A&S: 7.5e-8 on Phi, plus float32 rounding
-  np.testing.assert_allclose(np.asarray(kernel), np.exp(-0.5 * x64 * x64), rtol=3e-6, atol=1e-30)
+  np.testing.assert_allclose(np.asarray(gauss), np.exp(-0.5 * x64 * x64), rtol=3e-6, atol=1e-30)
   value, slope = gk.gelu_and_grad(jnp.asarray(x), True)
   exact = jax.vmap(jax.grad(lambda t: jax.nn.gelu(t, approximate=False)))(jnp.asarray(x))
   np.testing.assert_allclose(np.asarray(value), np.asarray(jax.nn.gelu(x, approximate=False)),
