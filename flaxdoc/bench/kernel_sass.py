@@ -90,7 +90,7 @@ def hot_loop(listing: Listing, loops) -> tuple[int, int] | None:
   """The loop with the most instructions (the key-tile loop of an ETC kernel)."""
   if not loops:
     return None
-  return max(loops, key=lambda r: sum(1 for a, _ in listing.instructions if r[0] <= a <= r[1]))
+  return max(loops, key=lambda r: sum(listing.opcodes(*r).values()))
 
 
 def resources(text: str) -> dict:
@@ -314,17 +314,19 @@ def gcn_problem(tiles, save: bool, nodes: int = 1024, hidden: int = 1548):
                                         save_activations=save, tiles=tiles)
     return pooled.astype(jnp.float32).sum() + weights.sum()
 
+  from flaxdoc.nn import gcn_pallas_kernels as gk  # pylint: disable=import-outside-toplevel
   t = tiles or gp.DEFAULT_TILES
+  cfg = gk.Config(nodes=nodes, slots=k, features=f, hidden=hidden, block_nodes=t.block_nodes,
+                  block_hidden=t.block_hidden, block_edges=t.block_edges, warps=t.warps,
+                  interpret=False, bf16=True, save_activations=save)
   threads = 32 * t.warps
-  rows = t.block_nodes * int(2 ** (k - 1).bit_length())  # node tile x padded slots
-  tile = rows * t.block_hidden // threads
-  per_thread = collections.defaultdict(lambda: tile)
+  per_thread = collections.defaultdict(lambda: cfg.block_rows * t.block_hidden // threads)
   for name in ("gcn_backward_target", "gcn_saved_backward_target"):
     per_thread[name] = t.block_edges * t.block_hidden // threads
   args = (s, s, jnp.zeros((f, hidden)), jnp.zeros(hidden), jnp.zeros(hidden))
   # Programs of one layer of LAYER_BATCH rows; the target side's loop runs about K * BL / BE
   # passes a program (each node with K in-edges, as in a local graph).
-  programs = LAYER_BATCH * (-(-nodes // t.block_nodes)) * (-(-hidden // t.block_hidden))
+  programs = LAYER_BATCH * cfg.node_tiles * cfg.hidden_chunks
   passes = collections.defaultdict(lambda: programs)
   for name in ("gcn_backward_target", "gcn_saved_backward_target"):
     passes[name] = programs * (-(-k * t.block_nodes // t.block_edges))
