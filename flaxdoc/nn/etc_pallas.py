@@ -68,17 +68,18 @@ class Tiles:
 
   The backward holds more `[BQ, BK]` arrays at once (weights, their gradient, Rich's
   pieces), so it gets its own sizes: too many live tiles spill registers. The defaults
-  combine the fastest forward and the fastest backward of seven tilings tried on an
-  H100 (FormNet-A2's layer, 16 x 1,024 tokens, bf16; README, Accelerators): the
-  backward took 7.2 ms with 64 x 64 tiles and 4 warps, 13.2 ms with 8 warps, 2.3 ms
-  with 32 x 32.
+  are the fastest forward + backward of `bench.etc_kernel` on an H100 (FormNet-A2's
+  layer, 16 x 1,024 tokens, bf16; README, Accelerators): 1.31 ms with 16-query tiles
+  (a 16-row tile reads 192 keys where a 32-row one reads 224-256 for the 169 a query
+  needs, and holds fewer registers: more resident warps), 1.53-1.62 ms with 32-row
+  tiles; 64 x 64 backward tiles spill registers.
   """
-  block_q: int = 32
+  block_q: int = 16
   block_k: int = 64
-  warps: int = 4
-  backward_block_q: int = 32
+  warps: int = 2
+  backward_block_q: int = 16
   backward_block_k: int = 32
-  backward_warps: int = 4
+  backward_warps: int = 2
 
 
 DEFAULT_TILES = Tiles()

@@ -9,7 +9,7 @@ from flaxdoc.nn import etc_pallas
 
 
 def test_tiles_parse_and_the_sweep_is_valid():
-  assert etc_kernel.parse_tiles("32,64,4,32,32,4") == etc_pallas.DEFAULT_TILES
+  assert etc_kernel.parse_tiles("16,64,2,16,32,2") == etc_pallas.DEFAULT_TILES
   assert len({etc_kernel.parse_tiles(t) for t in etc_kernel.SWEEP}) == len(etc_kernel.SWEEP)
   with pytest.raises(ValueError, match="six integers"):
     etc_kernel.parse_tiles("32,64")
