@@ -26,8 +26,8 @@ the inputs' dtype, kept until the backward), the pooled sum and `d a` read them,
 source-tile backward reads them and writes `d pre`, and the target-tile backward only
 sums `d pre` rows. GELU (with its slope) is evaluated once per edge element a step
 instead of five times. A forward that is not differentiated saves nothing: it is the
-recomputing forward, whose pooled sum takes `x` before rounding to the inputs' dtype,
-so in bfloat16 the training forward's output differs from it by that rounding.
+recomputing forward; both pool `x` and the weights as operands of one product in the
+inputs' dtype, so the training forward's output is the inference forward's, bit for bit.
 
 The edge features are treated as data: they get no gradient (the XLA path would give
 them one; nothing in flaxdoc trains them). The score's constant `b2 . w` is left out:

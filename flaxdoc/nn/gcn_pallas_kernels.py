@@ -19,12 +19,14 @@ and the `saved_*` kernels read them instead of evaluating GELU again; the source
 backward then also writes `d pre`, which the target side only sums. GELU runs once per
 element a step instead of five times, for two `[rows, Hp]` arrays kept per layer until
 the backward. The scores take `x` before that rounding; the pooled sum, `d a`, `d v` and
-(through the slope) every other gradient take the rounded arrays.
+(through the slope) every other gradient take the rounded arrays (the pooled sum rounds
+`x` to the inputs' dtype in either form: it is a product's operand).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax.numpy as jnp
 from jax import lax
@@ -86,33 +88,58 @@ class Config:
 
 
 # --------------------------------------------------------------------------- elementwise pieces
-def _normal_cdf(x, interpret: bool):
-  """`(Phi(x), e^(-x^2 / 2))`: the standard normal CDF, through erf(|x| / sqrt 2) by
-  Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7, so Phi within 7.5e-8), and the Gaussian
-  that formula already computes (`e^-a^2` with `a^2 = x^2 / 2`), which the GELU's slope
-  needs too: one exponential an element for both, not two.
+# Abramowitz & Stegun 7.1.26: erfc(a) = t (A1 + A2 t + A3 t^2 + A4 t^3 + A5 t^4) e^(-a^2)
+# with t = 1 / (1 + P a), a >= 0, |error| <= 1.5e-7.
+_P = 0.3275911
+_A1, _A2, _A3, _A4, _A5 = 0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429
+_LOG2_HALF_A5 = math.log2(0.5 * _A5)
+_HALF_LOG2E = 0.5 * math.log2(math.e)
 
-  Pallas' Triton lowering has no `erf`; this rational-exponential form needs only an
-  exponential and a reciprocal, one instruction each on a GPU (`pallas_math`).
+
+def _normal_tail(x, interpret: bool):
+  """`(h, g)`: `h = Phi(-|x|)`, the standard normal's tail beyond `|x|` (within 7.5e-8),
+  and `g = (A5 / 2) e^(-x^2 / 2)`, the Gaussian factor it is built from.
+
+  With `a = |x| / sqrt 2`, `h = erfc(a) / 2` by A&S 7.1.26, arranged for few instructions
+  (each is an element's, five times a step in the recomputing kernels; `bench.kernel_sass`
+  counts them): `1/sqrt 2` goes into `P`; the polynomial is divided by `A5`, so Horner
+  starts with an add of `t`, not a multiply-add of two constants (which needs a register
+  move for one of them); `A5 / 2` goes into the exponent, `x (x (-log2(e) / 2)) +
+  log2(A5 / 2)`: two instructions, and a small constant, so rounding the exponent costs
+  `g` no more than about 1e-7. (Folding more into the exponent, e.g. the polynomial's
+  scale in `1 / (|x| + sqrt 2 / P)`, saves one more instruction but rounds an exponent
+  near 10, 3.7e-7 on `Phi`.) Pallas' Triton lowering has no `erf`; this needs one
+  reciprocal and one `2^x`, a special-function instruction each (`pallas_math`).
   """
-  a = jnp.abs(x) * _SQRT_HALF
-  t = pm.reciprocal(1.0 + 0.3275911 * a, interpret)
-  poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741
-                                                     + t * (-1.453152027 + t * 1.061405429))))
-  gauss = pm.exp(-0.5 * x * x, interpret)
-  half_erf = 0.5 - 0.5 * poly * gauss  # erf(a) / 2
-  return 0.5 + jnp.where(x < 0, -half_erf, half_erf), gauss
+  t = pm.reciprocal(1.0 + (_P * _SQRT_HALF) * jnp.abs(x), interpret)
+  q = t * (_A1 / _A5 + t * (_A2 / _A5 + t * (_A3 / _A5 + t * (_A4 / _A5 + t))))
+  g = pm.exp2(x * (x * -_HALF_LOG2E) + _LOG2_HALF_A5, interpret)
+  return q * g, g
+
+
+def normal_cdf(x, interpret: bool):
+  """`Phi(x)`, from the tail: `1 - h` for `x >= 0`, `h` below."""
+  h, _ = _normal_tail(x, interpret)
+  return jnp.where(x >= 0, 1.0 - h, h)
 
 
 def gelu(x, interpret: bool):
-  """Exact GELU `x * Phi(x)`."""
-  return x * _normal_cdf(x, interpret)[0]
+  """Exact GELU `x Phi(x)`, as `max(x, 0) - |x| Phi(-|x|)` (the same for either sign: a
+  max and a fused multiply-add, where `x * where(x >= 0, 1 - h, h)` takes a compare, a
+  select, an add and a multiply)."""
+  h, _ = _normal_tail(x, interpret)
+  return jnp.maximum(x, 0.0) - jnp.abs(x) * h
 
 
 def gelu_and_grad(x, interpret: bool):
-  """`(gelu(x), gelu'(x))` with `gelu'(x) = Phi(x) + x * phi(x)`."""
-  cdf, gauss = _normal_cdf(x, interpret)
-  return x * cdf, cdf + x * _INV_SQRT_2PI * gauss
+  """`(gelu(x), gelu'(x))` with `gelu'(x) = Phi(x) + x phi(x)`, `phi` the Gaussian density
+  (`g` rescaled: `phi = g / (A5 sqrt(pi / 2))`)."""
+  h, g = _normal_tail(x, interpret)
+  value = jnp.maximum(x, 0.0) - jnp.abs(x) * h
+  return value, jnp.where(x >= 0, 1.0 - h, h) + x * g * _PHI_PER_G
+
+
+_PHI_PER_G = _INV_SQRT_2PI / (0.5 * _A5)
 
 
 def _dot(cfg, a, b, trans_a=False):
@@ -133,11 +160,23 @@ def _per_edge(cfg, node_rows):
   return jnp.broadcast_to(node_rows[:, None, :], (bl, kp, bh)).reshape(bl * kp, bh)
 
 
-def _per_node(cfg, edge_rows):
-  """`[BR, BH]` -> `[BL, BH]`: the sum over each node's `Kp` edges."""
-  br, bh = edge_rows.shape
+def _per_node(cfg, edge_rows, weights=None):
+  """`[BR, BH]` -> `[BL, BH]`: the sum over each node's `Kp` edges, each edge row times
+  `weights[row]` if given (`[BR]`).
+
+  As a matrix product with the `[BL, BR]` matrix that holds each row's weight (or 1) in its
+  node's row: the rows of one node lie across threads, so a sum over them would be
+  shuffles and adds for every element; on the tensor cores it is one small product.
+  """
+  br = edge_rows.shape[0]
   kp = cfg.padded_slots
-  return edge_rows.reshape(br // kp, kp, bh).sum(axis=1)
+  mine = lax.broadcasted_iota(jnp.int32, (br // kp, br), 1) // kp == lax.broadcasted_iota(
+      jnp.int32, (br // kp, br), 0)
+  if weights is None:
+    picks = mine.astype(F32)
+  else:
+    picks = jnp.where(mine, weights[None, :].astype(F32), 0.0)
+  return _dot(cfg, picks, edge_rows)
 
 
 def _pre(cfg, s_rows, n_ref, tgt, e_rows, we_ref, b1_ref):
@@ -164,7 +203,7 @@ def pool_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, b1_ref, a_ref, out_re
   """`pooled[l, h] = sum_k a[l, k] x[l, k, h]` for this tile's nodes and chunk."""
   s_rows = _per_edge(cfg, s_ref[...].astype(F32))
   x = gelu(_pre(cfg, s_rows, n_ref, tgt_ref[...], e_ref[...], we_ref, b1_ref), cfg.interpret)
-  out_ref[...] = _per_node(cfg, a_ref[...][:, None] * x).astype(out_ref.dtype)
+  out_ref[...] = _per_node(cfg, x, a_ref[...]).astype(out_ref.dtype)
 
 
 def _d_hidden(a, ds, dp_rows, v_ref):
@@ -247,8 +286,7 @@ def saving_scores_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, b1_ref, u_re
 
 def saved_pool_kernel(cfg, x_ref, a_ref, out_ref):
   """`pooled[l, h] = sum_k a[l, k] x[l, k, h]` from the saved `x`."""
-  out_ref[...] = _per_node(cfg, a_ref[...][:, None] * x_ref[...].astype(F32)).astype(
-      out_ref.dtype)
+  out_ref[...] = _per_node(cfg, x_ref[...].astype(F32), a_ref[...]).astype(out_ref.dtype)
 
 
 def saved_edge_dot_kernel(cfg, x_ref, u_ref, out_ref):

@@ -82,16 +82,25 @@ def training_forward(fn, p):
 
 def test_normal_cdf_and_gelu_pieces_match_scipy_and_autodiff():
   x = np.linspace(-9, 9, 4001).astype(np.float32)
-  cdf, gauss = gk._normal_cdf(jnp.asarray(x), True)
   x64 = x.astype(np.float64)
-  np.testing.assert_allclose(np.asarray(cdf), 0.5 * (1 + erf(x64 / np.sqrt(2))),
+  phi = 0.5 * (1 + erf(x64 / np.sqrt(2)))
+  np.testing.assert_allclose(np.asarray(gk.normal_cdf(jnp.asarray(x), True)), phi,
                              atol=2.5e-7)  # A&S: 7.5e-8 on Phi, plus float32 rounding
-  np.testing.assert_allclose(np.asarray(gauss), np.exp(-0.5 * x64 * x64), rtol=3e-6, atol=1e-30)
+  tail, g = gk._normal_tail(jnp.asarray(x), True)
+  np.testing.assert_allclose(np.asarray(tail), 0.5 * (1 + erf(-np.abs(x64) / np.sqrt(2))),
+                             rtol=0, atol=2.5e-7)
+  np.testing.assert_allclose(np.asarray(g), 0.5 * gk._A5 * np.exp(-0.5 * x64 * x64), rtol=5e-6,
+                             atol=1e-30)  # the exponent's rounding: ~7e-8 x |x^2 log2(e) / 2|
   value, slope = gk.gelu_and_grad(jnp.asarray(x), True)
   exact = jax.vmap(jax.grad(lambda t: jax.nn.gelu(t, approximate=False)))(jnp.asarray(x))
   np.testing.assert_allclose(np.asarray(value), np.asarray(jax.nn.gelu(x, approximate=False)),
                              atol=2e-6)
+  np.testing.assert_array_equal(np.asarray(value), np.asarray(gk.gelu(jnp.asarray(x), True)))
   np.testing.assert_allclose(np.asarray(slope), np.asarray(exact), atol=2e-6)
+  # Either sign, far out and at zero: nothing but the limits.
+  far = jnp.asarray([-1e4, -40.0, -0.0, 0.0, 40.0, 1e4], jnp.float32)
+  np.testing.assert_array_equal(np.asarray(gk.gelu(far, True)), [0, 0, 0, 0, 40, 1e4])
+  np.testing.assert_array_equal(np.asarray(gk.gelu_and_grad(far, True)[1]), [0, 0, .5, .5, 1, 1])
 
 
 def check_against_reference(p, tiles=SMALL, seed=5, zero=(), save=False):
@@ -180,12 +189,16 @@ def test_bfloat16_inputs_stay_close_to_float32(save):
   low = dict(p, s=p["s"].astype(jnp.bfloat16), n=p["n"].astype(jnp.bfloat16))
   rounded = dict(p, s=low["s"].astype(jnp.float32), n=low["n"].astype(jnp.float32))
   want, want_w = reference(**rounded)
-  # Inference, and the training forward (with saved activations it pools the rounded x).
-  for pooled, weights in (fused(save=save)(**low), training_forward(fused(save=save), low)):
+  # Inference, and the training forward (with saved activations it pools the saved x).
+  inference, training = fused(save=save)(**low), training_forward(fused(save=save), low)
+  for pooled, weights in (inference, training):
     assert pooled.dtype == jnp.bfloat16 and weights.dtype == jnp.float32
     err = float(jnp.linalg.norm(pooled.astype(jnp.float32) - want) / jnp.linalg.norm(want))
     assert err < 1e-2, err
     np.testing.assert_allclose(np.asarray(weights), np.asarray(want_w), atol=3e-2)
+  # Both pool x and the weights as bfloat16 operands of one product: the same bits.
+  np.testing.assert_array_equal(np.asarray(inference[0], np.float32),
+                                np.asarray(training[0], np.float32))
   rng = np.random.default_rng(6)
   cots = (jnp.asarray(rng.normal(size=p["s"].shape), jnp.float32),
           jnp.asarray(rng.normal(size=p["mask"].shape), jnp.float32))
