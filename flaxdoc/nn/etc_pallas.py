@@ -68,8 +68,10 @@ class Tiles:
 
   The backward holds more `[BQ, BK]` arrays at once (weights, their gradient, Rich's
   pieces), so it gets its own sizes: too many live tiles spill registers. The defaults
-  are the fastest forward + backward of `bench.etc_kernel` on an H100 (FormNet-A2's
-  layer, 16 x 1,024 tokens, bf16; README, Accelerators): 1.31 ms with 16-query tiles
+  are the fastest forward + backward of the four tilings `bench.etc_kernel` timed on an
+  H100 with the kernels as they are (FormNet-A2's layer, 16 x 1,024 tokens, bf16; README,
+  Accelerators, session 9; the sweep's other tilings were last timed with the older
+  code, all slower then): 1.31 ms with 16-query tiles
   (a 16-row tile reads 192 keys where a 32-row one reads 224-256 for the 169 a query
   needs, and holds fewer registers: more resident warps), 1.53-1.62 ms with 32-row
   tiles; 64 x 64 backward tiles spill registers.

@@ -27,7 +27,8 @@ source-tile backward reads them and writes `d pre`, and the target-tile backward
 sums `d pre` rows. GELU (with its slope) is evaluated once per edge element a step
 instead of five times. A forward that is not differentiated saves nothing: it is the
 recomputing forward; both pool `x` and the weights as operands of one product in the
-inputs' dtype, so the training forward's output is the inference forward's, bit for bit.
+inputs' dtype, so the training forward's output is the inference forward's, bit for bit
+(checked in Pallas' interpreter; on a GPU as long as both kernels compute `x` alike).
 
 The edge features are treated as data: they get no gradient (the XLA path would give
 them one; nothing in flaxdoc trains them). The score's constant `b2 . w` is left out:

@@ -97,7 +97,8 @@ _HALF_LOG2E = 0.5 * math.log2(math.e)
 
 
 def _normal_tail(x, interpret: bool):
-  """`(h, g)`: `h = Phi(-|x|)`, the standard normal's tail beyond `|x|` (within 7.5e-8),
+  """`(h, g)`: `h = Phi(-|x|)`, the standard normal's tail beyond `|x|` (A&S: within
+  7.5e-8; with float32's rounding within 2.5e-7),
   and `g = (A5 / 2) e^(-x^2 / 2)`, the Gaussian factor it is built from.
 
   With `a = |x| / sqrt 2`, `h = erfc(a) / 2` by A&S 7.1.26, arranged for few instructions
@@ -105,8 +106,8 @@ def _normal_tail(x, interpret: bool):
   counts them): `1/sqrt 2` goes into `P`; the polynomial is divided by `A5`, so Horner
   starts with an add of `t`, not a multiply-add of two constants (which needs a register
   move for one of them); `A5 / 2` goes into the exponent, `x (x (-log2(e) / 2)) +
-  log2(A5 / 2)`: two instructions, and a small constant, so rounding the exponent costs
-  `g` no more than about 1e-7. (Folding more into the exponent, e.g. the polynomial's
+  log2(A5 / 2)`: two instructions, and a small constant, so rounding the exponent moves `h`
+  by at most about 1e-7 (absolute; relative to `g`, ~7e-8 x |exponent|). (Folding more into the exponent, e.g. the polynomial's
   scale in `1 / (|x| + sqrt 2 / P)`, saves one more instruction but rounds an exponent
   near 10, 3.7e-7 on `Phi`.) Pallas' Triton lowering has no `erf`; this needs one
   reciprocal and one `2^x`, a special-function instruction each (`pallas_math`).
@@ -166,7 +167,9 @@ def _per_node(cfg, edge_rows, weights=None):
 
   As a matrix product with the `[BL, BR]` matrix that holds each row's weight (or 1) in its
   node's row: the rows of one node lie across threads, so a sum over them would be
-  shuffles and adds for every element; on the tensor cores it is one small product.
+  shuffles and adds for every element; on the tensor cores it is one small product. With
+  bfloat16 inputs its operands are bfloat16 (`_dot`), as the XLA path's bfloat16 sums: the
+  pooled sum's `x` and weights, and `d S`'s `d pre`, are rounded before they are added.
   """
   br = edge_rows.shape[0]
   kp = cfg.padded_slots

@@ -95,7 +95,8 @@ def test_the_etc_kernels_ir_is_captured_with_their_settings():
   assert len(ks.lower_kernels(*ks.etc_problem(tiles, length=64, heads=1)[:2])) == 3
 
 
-@pytest.mark.parametrize("tiles", [ep.DEFAULT_TILES, ep.Tiles(16, 64, 2, 16, 64, 4),
+@pytest.mark.parametrize("tiles", [ep.DEFAULT_TILES, ep.Tiles(32, 64, 4, 32, 32, 4),
+                                   ep.Tiles(16, 64, 2, 16, 64, 4),
                                    ep.Tiles(64, 32, 4, 64, 16, 4)])
 def test_loop_passes_per_layer_by_brute_force(tiles):
   """Every (query tile, key tile) pair a kernel visits, counted from the band itself: the
