@@ -356,6 +356,8 @@ def test_export_of_an_hf_started_run_keeps_torch_parity(formnet_run, tmp_path):
   np.testing.assert_allclose(got[mask], want[mask], atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow  # main from MiniLM is the FormNet end-to-end test's; LAGaBi's lifting is the
+# tiny-RoBERTa family case below and the optimiser's flags test_pretrained_lr_scale_and_freeze
 @needs_minilm
 @needs_funsd
 def test_main_lagabi_on_minilm_end_to_end(tmp_path):
@@ -379,7 +381,7 @@ def test_main_formnet_lifted_longer_run_learns(tmp_path):
 
 @pytest.mark.parametrize("config_file,arg,new_part", [
     ("configs/docpolarbert_base.py", "local", "table_distance"),
-    pytest.param("configs/lagabi_roberta_base.py", "local", "mu_rho", marks=pytest.mark.slow),
+    ("configs/lagabi_roberta_base.py", "local", "mu_rho"),
     pytest.param("configs/layoutlm_lspe.py", "local", "fc1", marks=pytest.mark.slow),
     pytest.param("configs/layout_linformer.py", "local", "proj_k", marks=pytest.mark.slow),
     pytest.param("configs/layout_cosformer.py", "local", None, marks=pytest.mark.slow),
