@@ -94,23 +94,25 @@ _P = 0.3275911
 _A1, _A2, _A3, _A4, _A5 = 0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429
 _LOG2_HALF_A5 = math.log2(0.5 * _A5)
 _HALF_LOG2E = 0.5 * math.log2(math.e)
+_PHI_PER_G = _INV_SQRT_2PI / (0.5 * _A5)  # phi(x) = g * this
 
 
 def _normal_tail(x, interpret: bool):
   """`(h, g)`: `h = Phi(-|x|)`, the standard normal's tail beyond `|x|` (A&S: within
-  7.5e-8; with float32's rounding within 2.5e-7),
-  and `g = (A5 / 2) e^(-x^2 / 2)`, the Gaussian factor it is built from.
+  7.5e-8; with float32's rounding within 2.5e-7), and `g = (A5 / 2) e^(-x^2 / 2)`, the
+  Gaussian factor it is built from.
 
   With `a = |x| / sqrt 2`, `h = erfc(a) / 2` by A&S 7.1.26, arranged for few instructions
   (each is an element's, five times a step in the recomputing kernels; `bench.kernel_sass`
   counts them): `1/sqrt 2` goes into `P`; the polynomial is divided by `A5`, so Horner
   starts with an add of `t`, not a multiply-add of two constants (which needs a register
   move for one of them); `A5 / 2` goes into the exponent, `x (x (-log2(e) / 2)) +
-  log2(A5 / 2)`: two instructions, and a small constant, so rounding the exponent moves `h`
-  by at most about 1e-7 (absolute; relative to `g`, ~7e-8 x |exponent|). (Folding more into the exponent, e.g. the polynomial's
-  scale in `1 / (|x| + sqrt 2 / P)`, saves one more instruction but rounds an exponent
-  near 10, 3.7e-7 on `Phi`.) Pallas' Triton lowering has no `erf`; this needs one
-  reciprocal and one `2^x`, a special-function instruction each (`pallas_math`).
+  log2(A5 / 2)`: two instructions, and a small constant, so rounding the exponent moves
+  `h` by at most about 1e-7 (absolute; relative to `g`, ~7e-8 x |exponent|). (Folding
+  more into the exponent, e.g. the polynomial's scale in `1 / (|x| + sqrt 2 / P)`, saves
+  one more instruction but rounds an exponent near 10, 3.7e-7 on `Phi`.) Pallas' Triton
+  lowering has no `erf`; this needs one reciprocal and one `2^x`, a special-function
+  instruction each (`pallas_math`).
   """
   t = pm.reciprocal(1.0 + (_P * _SQRT_HALF) * jnp.abs(x), interpret)
   q = t * (_A1 / _A5 + t * (_A2 / _A5 + t * (_A3 / _A5 + t * (_A4 / _A5 + t))))
@@ -118,29 +120,33 @@ def _normal_tail(x, interpret: bool):
   return q * g, g
 
 
-def normal_cdf(x, interpret: bool):
-  """`Phi(x)`, from the tail: `1 - h` for `x >= 0`, `h` below."""
-  h, _ = _normal_tail(x, interpret)
+def _cdf_from_tail(x, h):
+  """`Phi(x)` from `h = Phi(-|x|)`: `1 - h` for `x >= 0`, `h` below."""
   return jnp.where(x >= 0, 1.0 - h, h)
 
 
-def gelu(x, interpret: bool):
-  """Exact GELU `x Phi(x)`, as `max(x, 0) - |x| Phi(-|x|)` (the same for either sign: a
-  max and a fused multiply-add, where `x * where(x >= 0, 1 - h, h)` takes a compare, a
-  select, an add and a multiply)."""
-  h, _ = _normal_tail(x, interpret)
+def _gelu_from_tail(x, h):
+  """`x Phi(x)` as `max(x, 0) - |x| Phi(-|x|)` (the same for either sign: a max and a fused
+  multiply-add, where `x * Phi(x)` from `h` takes a compare, a select, an add and a
+  multiply)."""
   return jnp.maximum(x, 0.0) - jnp.abs(x) * h
+
+
+def normal_cdf(x, interpret: bool):
+  """`Phi(x)`."""
+  return _cdf_from_tail(x, _normal_tail(x, interpret)[0])
+
+
+def gelu(x, interpret: bool):
+  """Exact GELU `x Phi(x)`."""
+  return _gelu_from_tail(x, _normal_tail(x, interpret)[0])
 
 
 def gelu_and_grad(x, interpret: bool):
   """`(gelu(x), gelu'(x))` with `gelu'(x) = Phi(x) + x phi(x)`, `phi` the Gaussian density
   (`g` rescaled: `phi = g / (A5 sqrt(pi / 2))`)."""
   h, g = _normal_tail(x, interpret)
-  value = jnp.maximum(x, 0.0) - jnp.abs(x) * h
-  return value, jnp.where(x >= 0, 1.0 - h, h) + x * g * _PHI_PER_G
-
-
-_PHI_PER_G = _INV_SQRT_2PI / (0.5 * _A5)
+  return _gelu_from_tail(x, h), _cdf_from_tail(x, h) + x * g * _PHI_PER_G
 
 
 def _dot(cfg, a, b, trans_a=False):
