@@ -242,8 +242,6 @@ class GCNLayer(nn.Module):
                        (hidden_dim,), self.param_dtype)
     h_c, edges, kernel1, bias1 = nn.dtypes.promote_dtype(h, edges, kernel1, bias1,
                                                          dtype=self.dtype)
-    from_self = h_c @ kernel1[:width]  # [B, L, H]
-    from_nb = h_c @ kernel1[width:2 * width]  # [B, L, H]
 
     # The second layer is linear, so it commutes with the attention-weighted sum:
     #   score_kl = w . (W2 x_kl + b2) = x_kl . (W2 w) + b2 . w
@@ -257,11 +255,16 @@ class GCNLayer(nn.Module):
     kernel2, bias2, w_att = nn.dtypes.promote_dtype(kernel2, bias2, w_att, dtype=self.dtype)
     score_vec = kernel2 @ w_att[:, 0]  # [H]
     if self.kernel != "xla":
-      pooled, weights = gcn_pallas.attention_pool(
-          from_self, from_nb, edges, ids, neighbor_mask, kernel1[2 * width:], bias1, score_vec,
-          tiles=self.pallas_tiles, save_activations=self.kernel == "pallas_saved")
+      # The node parts h_c @ kernel1[:width] and h_c @ kernel1[width:2 width] are computed
+      # inside, at the kernels' padded sizes.
+      pooled, weights = gcn_pallas.message_attention(
+          h_c, kernel1[:width], kernel1[width:2 * width], edges, ids, neighbor_mask,
+          kernel1[2 * width:], bias1, score_vec, tiles=self.pallas_tiles,
+          save_activations=self.kernel == "pallas_saved")
       weights = weights.astype(self.dtype)  # [B, L, K]
     else:
+      from_self = h_c @ kernel1[:width]  # [B, L, H]
+      from_nb = h_c @ kernel1[width:2 * width]  # [B, L, H]
       pooled, weights = self._attention_pool(from_self, from_nb, edges, ids, neighbor_mask,
                                              kernel1[2 * width:], bias1, score_vec,
                                              bias2 @ w_att[:, 0])

@@ -50,7 +50,7 @@ from flaxdoc.nn import batch_parallel
 from flaxdoc.nn import gcn_pallas_kernels as kernels
 from flaxdoc.nn.gcn_pallas_kernels import Config
 
-__all__ = ["DEFAULT_TILES", "Config", "Tiles", "attention_pool"]
+__all__ = ["DEFAULT_TILES", "Config", "Tiles", "attention_pool", "message_attention"]
 
 Array = jax.Array
 F32 = jnp.float32
@@ -78,12 +78,18 @@ DEFAULT_TILES = Tiles()
 
 
 # --------------------------------------------------------------------------- layout
+def _pad_nodes(cfg, x):
+  """`[B, L, H]` -> `[B, Lp, Hp]`, zeros in the padding (the kernels' node layout)."""
+  return jnp.pad(x, [(0, 0), (0, cfg.padded_nodes - cfg.nodes),
+                     (0, cfg.padded_hidden - cfg.hidden)])
+
+
 def _prepare(cfg, s, n, edges, ids, mask, we, b1, v):
-  """Pads to the kernels' layout: nodes to whole tiles, slots to `Kp`, `H` to whole
-  chunks, `F` to `Fp`; edge arrays flattened to rows `node * Kp + slot`."""
-  dl, dh = cfg.padded_nodes - cfg.nodes, cfg.padded_hidden - cfg.hidden
-  return dict(_prepare_edges(cfg, edges, ids, mask, we, b1, v),
-              s=jnp.pad(s, [(0, 0), (0, dl), (0, dh)]), n=jnp.pad(n, [(0, 0), (0, dl), (0, dh)]))
+  """The kernels' operands: `s`, `n` as given (already `[B, Lp, Hp]`), the edge arrays
+  padded (nodes to whole tiles, slots to `Kp`, `F` to `Fp`) and flattened to rows
+  `node * Kp + slot`, the vectors padded to `Hp`. The bias joins the edge product: each
+  real edge's features get a 1 in column `F`, and `we` gets `b1` in row `F`."""
+  return dict(_prepare_edges(cfg, edges, ids, mask, we, b1, v), s=s, n=n)
 
 
 def _prepare_edges(cfg, edges, ids, mask, we, b1, v):
@@ -94,12 +100,15 @@ def _prepare_edges(cfg, edges, ids, mask, we, b1, v):
   mask = jnp.pad(mask, [(0, 0), (0, dl), (0, dk)])
   ids = jnp.clip(jnp.pad(ids, [(0, 0), (0, dl), (0, dk)]), 0, cfg.nodes - 1)
   tgt = jnp.where(mask, ids, 0)  # every id in range: the kernels gather with it
-  e = jnp.where(mask[..., None], jnp.pad(edges, [(0, 0), (0, dl), (0, dk), (0, df)]), 0)
+  ones = jnp.ones(edges.shape[:3] + (1,), edges.dtype)
+  e = jnp.pad(jnp.concatenate([edges, ones], axis=-1), [(0, 0), (0, dl), (0, dk), (0, df - 1)])
+  e = jnp.where(mask[..., None], e, 0)
   dtype = jnp.bfloat16 if cfg.bf16 else F32
   return dict(
       mask=mask.reshape(batch, cfg.rows), tgt=tgt.reshape(batch, cfg.rows).astype(jnp.int32),
       e=e.reshape(batch, cfg.rows, fp).astype(dtype),
-      we=jnp.pad(we, [(0, df), (0, dh)]), b1=jnp.pad(b1, [(0, dh)]), v=jnp.pad(v, [(0, dh)]))
+      we=jnp.pad(jnp.concatenate([we, b1[None, :]]), [(0, df - 1), (0, dh)]),
+      v=jnp.pad(v, [(0, dh)]))
 
 
 def _specs(cfg):
@@ -137,10 +146,10 @@ def _edge_dot(cfg, x, u, per_node_u):
   batch, sp = x["s"].shape[0], _specs(cfg)
   out = _call(cfg, batch, functools.partial(kernels.edge_dot_kernel, cfg, per_node_u),
               [sp["node_tile"], sp["all_nodes"], sp["edge_tile"], sp["edge_feature_tile"],
-               sp["we"], sp["chunk"], sp["node_tile"] if per_node_u else sp["chunk"]],
+               sp["we"], sp["node_tile"] if per_node_u else sp["chunk"]],
               sp["chunk_sums"],
               jax.ShapeDtypeStruct((batch, cfg.hidden_chunks, cfg.rows), F32),
-              "gcn_edge_dot")(x["s"], x["n"], x["tgt"], x["e"], x["we"], x["b1"], u)
+              "gcn_edge_dot")(x["s"], x["n"], x["tgt"], x["e"], x["we"], u)
   return out.sum(axis=1)
 
 
@@ -157,26 +166,37 @@ def _pool(cfg, x, a, out_dtype):
   batch, sp = x["s"].shape[0], _specs(cfg)
   return _call(cfg, batch, functools.partial(kernels.pool_kernel, cfg),
                [sp["node_tile"], sp["all_nodes"], sp["edge_tile"], sp["edge_feature_tile"],
-                sp["we"], sp["chunk"], sp["edge_tile"]],
+                sp["we"], sp["edge_tile"]],
                sp["node_tile"],
                jax.ShapeDtypeStruct((batch, cfg.padded_nodes, cfg.padded_hidden), out_dtype),
-               "gcn_pool")(x["s"], x["n"], x["tgt"], x["e"], x["we"], x["b1"], a)
+               "gcn_pool")(x["s"], x["n"], x["tgt"], x["e"], x["we"], a)
+
+
+def _source_out_specs(cfg):
+  """`d S` per node tile; per-tile partial sums of `d v` and `d [We; b1]`."""
+  return [_specs(cfg)["node_tile"],
+          pl.BlockSpec((None, None, cfg.block_hidden), lambda b, i, c: (b, i, c)),
+          pl.BlockSpec((None, None, cfg.padded_features, cfg.block_hidden),
+                       lambda b, i, c: (b, i, 0, c))]
+
+
+def _source_out_shapes(cfg, batch, dtype):
+  """`d S` in the inputs' dtype (rounded once, in the kernel, from float32 sums); the
+  partial sums in float32."""
+  nt, fp, hp = cfg.node_tiles, cfg.padded_features, cfg.padded_hidden
+  return [jax.ShapeDtypeStruct((batch, cfg.padded_nodes, hp), dtype),
+          jax.ShapeDtypeStruct((batch, nt, hp), F32),
+          jax.ShapeDtypeStruct((batch, nt, fp, hp), F32)]
 
 
 def _source_grads(cfg, x, a, ds, dp):
   batch, sp = x["s"].shape[0], _specs(cfg)
-  nt, fp, hp, bh = cfg.node_tiles, cfg.padded_features, cfg.padded_hidden, cfg.block_hidden
   return _call(cfg, batch, functools.partial(kernels.source_grad_kernel, cfg),
                [sp["node_tile"], sp["all_nodes"], sp["edge_tile"], sp["edge_feature_tile"],
-                sp["we"], sp["chunk"], sp["chunk"], sp["edge_tile"], sp["edge_tile"],
-                sp["node_tile"]],
-               [sp["node_tile"], pl.BlockSpec((None, None, bh), lambda b, i, c: (b, i, c)),
-                pl.BlockSpec((None, None, fp, bh), lambda b, i, c: (b, i, 0, c))],
-               [jax.ShapeDtypeStruct((batch, cfg.padded_nodes, hp), F32),
-                jax.ShapeDtypeStruct((batch, nt, hp), F32),
-                jax.ShapeDtypeStruct((batch, nt, fp, hp), F32)],
+                sp["we"], sp["chunk"], sp["edge_tile"], sp["edge_tile"], sp["node_tile"]],
+               _source_out_specs(cfg), _source_out_shapes(cfg, batch, x["s"].dtype),
                "gcn_backward_source")(x["s"], x["n"], x["tgt"], x["e"], x["we"],
-                                      x["b1"], x["v"], a, ds, dp)
+                                      x["v"], a, ds, dp)
 
 
 def _by_target(cfg, x):
@@ -203,12 +223,11 @@ def _target_grads(cfg, x, a, ds, dp):
   return _call(cfg, batch, functools.partial(kernels.target_grad_kernel, cfg),
                _by_target_specs(cfg) + [
                    sp["all_nodes"], sp["all_nodes"], sp["all_edges"], sp["all_edge_features"],
-                   sp["we"], sp["chunk"], sp["chunk"], sp["all_edges"], sp["all_edges"],
-                   sp["all_nodes"]],
+                   sp["we"], sp["chunk"], sp["all_edges"], sp["all_edges"], sp["all_nodes"]],
                sp["node_tile"],
-               jax.ShapeDtypeStruct((batch, cfg.padded_nodes, cfg.padded_hidden), F32),
+               jax.ShapeDtypeStruct((batch, cfg.padded_nodes, cfg.padded_hidden), x["s"].dtype),
                "gcn_backward_target")(bounds, order, x["s"], x["n"], x["tgt"], x["e"],
-                                      x["we"], x["b1"], x["v"], a, ds, dp)
+                                      x["we"], x["v"], a, ds, dp)
 
 
 # --------------------------------------------------------------------------- saved activations
@@ -220,11 +239,11 @@ def _saving_scores(cfg, x):
   scores, hidden, slope = _call(
       cfg, batch, functools.partial(kernels.saving_scores_kernel, cfg),
       [sp["node_tile"], sp["all_nodes"], sp["edge_tile"], sp["edge_feature_tile"], sp["we"],
-       sp["chunk"], sp["chunk"]],
+       sp["chunk"]],
       [sp["chunk_sums"],
        sp["edge_rows"], sp["edge_rows"]],
       [jax.ShapeDtypeStruct((batch, cfg.hidden_chunks, cfg.rows), F32), saved, saved],
-      "gcn_saving_scores")(x["s"], x["n"], x["tgt"], x["e"], x["we"], x["b1"], x["v"])
+      "gcn_saving_scores")(x["s"], x["n"], x["tgt"], x["e"], x["we"], x["v"])
   return scores.sum(axis=1), hidden, slope
 
 
@@ -249,17 +268,12 @@ def _saved_edge_dot(cfg, hidden, dp):
 
 def _saved_source_grads(cfg, x, hidden, slope, a, ds, dp):
   batch, sp = hidden.shape[0], _specs(cfg)
-  nt, fp, hp, bh = cfg.node_tiles, cfg.padded_features, cfg.padded_hidden, cfg.block_hidden
   return _call(cfg, batch, functools.partial(kernels.saved_source_grad_kernel, cfg),
                [sp["edge_rows"], sp["edge_rows"], sp["edge_feature_tile"], sp["chunk"],
                 sp["edge_tile"], sp["edge_tile"], sp["node_tile"]],
-               [sp["node_tile"], pl.BlockSpec((None, None, bh), lambda b, i, c: (b, i, c)),
-                pl.BlockSpec((None, None, fp, bh), lambda b, i, c: (b, i, 0, c)),
-                sp["edge_rows"]],
-               [jax.ShapeDtypeStruct((batch, cfg.padded_nodes, hp), F32),
-                jax.ShapeDtypeStruct((batch, nt, hp), F32),
-                jax.ShapeDtypeStruct((batch, nt, fp, hp), F32),
-                jax.ShapeDtypeStruct((batch, cfg.rows, hp), hidden.dtype)],
+               _source_out_specs(cfg) + [sp["edge_rows"]],
+               _source_out_shapes(cfg, batch, hidden.dtype) + [
+                   jax.ShapeDtypeStruct((batch, cfg.rows, cfg.padded_hidden), hidden.dtype)],
                "gcn_saved_backward_source")(hidden, slope, x["e"], x["v"], a, ds, dp)
 
 
@@ -269,11 +283,13 @@ def _saved_target_grads(cfg, x, d_pre):
   return _call(cfg, batch, functools.partial(kernels.saved_target_grad_kernel, cfg),
                _by_target_specs(cfg) + [sp["all_edges"], sp["all_edge_rows"]],
                sp["node_tile"],
-               jax.ShapeDtypeStruct((batch, cfg.padded_nodes, cfg.padded_hidden), F32),
+               jax.ShapeDtypeStruct((batch, cfg.padded_nodes, cfg.padded_hidden), d_pre.dtype),
                "gcn_saved_backward_target")(bounds, order, x["tgt"], d_pre)
 
 
 # --------------------------------------------------------------------------- custom VJP
+# On the kernels' layout: `s`, `n` and the pooled output are `[B, Lp, Hp]` (zeros in the
+# padding), so neither direction pads or crops a `[B, L, H]` array around the kernels.
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _attention_pool(cfg, s, n, edges, ids, mask, we, b1, v):
   # Not differentiated (inference): nothing needs saving, whatever `cfg.save_activations`.
@@ -281,16 +297,16 @@ def _attention_pool(cfg, s, n, edges, ids, mask, we, b1, v):
 
 
 def _recomputing_forward(cfg, x, out_dtype):
-  """`((pooled, weights), a)`: the scores kernel, the softmax, the pooling kernel."""
+  """`((pooled [B, Lp, Hp], weights [B, L, K]), a)`: the scores kernel, the softmax, the
+  pooling kernel."""
   a = _softmax(cfg, _edge_dot(cfg, x, x["v"], per_node_u=False), x["mask"])
-  return _outputs(cfg, _pool(cfg, x, a, out_dtype), a), a
+  return (_pool(cfg, x, a, out_dtype), _weights(cfg, a)), a
 
 
-def _outputs(cfg, pooled, a):
-  """The padded pooled vectors and weights cropped to `([B, L, H], [B, L, K])`."""
-  batch = pooled.shape[0]
-  weights = a.reshape(batch, cfg.padded_nodes, cfg.padded_slots)[:, :cfg.nodes, :cfg.slots]
-  return pooled[:, :cfg.nodes, :cfg.hidden], weights
+def _weights(cfg, a):
+  """The rows' weights `[B, rows]` cropped to `[B, L, K]`."""
+  batch = a.shape[0]
+  return a.reshape(batch, cfg.padded_nodes, cfg.padded_slots)[:, :cfg.nodes, :cfg.slots]
 
 
 def _attention_pool_fwd(cfg, s, n, edges, ids, mask, we, b1, v):
@@ -302,22 +318,22 @@ def _attention_pool_fwd(cfg, s, n, edges, ids, mask, we, b1, v):
   a = _softmax(cfg, scores, x["mask"])
   # `s` and `n` are not needed again (`hidden` has their dtype).
   res = (edges, ids, mask, we, b1, v, a, hidden, slope)
-  return _outputs(cfg, _saved_pool(cfg, hidden, a, s.dtype), a), res
+  return (_saved_pool(cfg, hidden, a, s.dtype), _weights(cfg, a)), res
 
 
 def _attention_pool_bwd(cfg, res, grads):
   d_pooled, d_weights = grads
+  # The kernels take `dp` in float32: widening a gathered bfloat16 row costs the target-side
+  # kernel ~4 integer instructions an edge element (`bench.kernel_sass`), while here the
+  # conversion joins the pass XLA makes anyway (the crop's transpose, a pad, with dropout's).
+  dp = d_pooled.astype(F32)  # [B, Lp, Hp]
   if cfg.save_activations:
     edges, ids, mask, we, b1, v, a, hidden, slope = res
-    dtype = hidden.dtype
     x = _prepare_edges(cfg, edges, ids, mask, we, b1, v)
   else:
     s, n, edges, ids, mask, we, b1, v, a = res
-    dtype = s.dtype
     x = _prepare(cfg, s, n, edges, ids, mask, we, b1, v)
   batch, lp, kp = a.shape[0], cfg.padded_nodes, cfg.padded_slots
-  dp = jnp.pad(d_pooled.astype(F32), [(0, 0), (0, lp - cfg.nodes), (0, cfg.padded_hidden
-                                                                     - cfg.hidden)])
   d_a = _saved_edge_dot(cfg, hidden, dp) if cfg.save_activations else _edge_dot(
       cfg, x, dp, per_node_u=True)
   d_a += jnp.pad(d_weights.astype(F32), [(0, 0), (0, lp - cfg.nodes),
@@ -331,11 +347,10 @@ def _attention_pool_bwd(cfg, res, grads):
   else:
     d_s, d_v, d_we = _source_grads(cfg, x, a, ds, dp)
     d_n = _target_grads(cfg, x, a, ds, dp)
-  nodes, hidden_width, feats = cfg.nodes, cfg.hidden, cfg.features
-  return (d_s[:, :nodes, :hidden_width].astype(dtype),
-          d_n[:, :nodes, :hidden_width].astype(dtype), None, None, None,
-          d_we.sum(axis=(0, 1))[:feats, :hidden_width].astype(we.dtype),
-          d_s.sum(axis=(0, 1))[:hidden_width].astype(b1.dtype),
+  feats, hidden_width = cfg.features, cfg.hidden
+  d_we = d_we.sum(axis=(0, 1))  # [Fp, Hp]: d We, then d b1 in row F (the ones' column)
+  return (d_s, d_n, None, None, None, d_we[:feats, :hidden_width].astype(we.dtype),
+          d_we[feats, :hidden_width].astype(b1.dtype),
           d_v.sum(axis=(0, 1))[:hidden_width].astype(v.dtype))
 
 
@@ -353,6 +368,9 @@ def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
                      + bias)
       weights = softmax over the valid k of x_lk . score_vector   (all zero with none valid)
       pooled  = sum_k weights[l, k] x_lk
+
+  `message_attention` is the same from the node states and the first layer's node kernels;
+  it gives the kernels their padded layout without copying `[B, L, H]` arrays.
 
   Args:
     from_self, from_neighbor: `[B, L, H]` the first message layer's node parts (the
@@ -374,54 +392,110 @@ def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
   Returns:
     `pooled` in `from_self`'s dtype and `weights` in float32.
   """
-  batch, nodes, hidden = from_self.shape
   if from_neighbor.shape != from_self.shape:
     raise ValueError(f"attention_pool: from_neighbor has shape {tuple(from_neighbor.shape)}, "
                      f"expected {tuple(from_self.shape)}")
+  cfg = _config("attention_pool", from_self, edge_features, neighbor_ids, neighbor_mask,
+                edge_kernel, bias, score_vector, tiles, save_activations, interpret)
+  return _run(cfg, _pad_nodes(cfg, from_self),
+              _pad_nodes(cfg, from_neighbor.astype(from_self.dtype)), edge_features,
+              neighbor_ids, neighbor_mask, edge_kernel, bias, score_vector)
+
+
+def message_attention(h: Array, self_kernel: Array, neighbor_kernel: Array,
+                      edge_features: Array, neighbor_ids: Array, neighbor_mask: Array,
+                      edge_kernel: Array, bias: Array, score_vector: Array, *,
+                      tiles: Tiles | None = None, save_activations: bool = False,
+                      interpret: bool | None = None) -> tuple[Array, Array]:
+  """`attention_pool(h @ self_kernel, h @ neighbor_kernel, ...)`, as `GCNLayer` runs it.
+
+  The kernels work on `[B, Lp, Hp]` node arrays (`L` and `H` padded to whole tiles).
+  Here the two products write them at that size (the kernels' columns padded with zeros,
+  `h`'s rows when `L` is not a whole number of tiles), and the kernels' gradients come
+  back at it, in `h`'s dtype: no `[B, L, H]` array is padded, cropped or converted around
+  the kernels, forward or backward (with FormNet-A2's `H = 1,547` such a pass moves
+  100-200 MB a layer at 16 x 1,024 tokens in bfloat16). The pooled output is cropped
+  once, where the layer's dropout and output product read it.
+
+  Args:
+    h: `[B, L, E]` node states (bfloat16 or float32; the products run in its dtype).
+    self_kernel, neighbor_kernel: `[E, H]`, the first message layer's rows for the node
+      and for its neighbour.
+    edge_features, neighbor_ids, neighbor_mask, edge_kernel, bias, score_vector, tiles,
+    save_activations, interpret: as `attention_pool`'s.
+
+  Returns:
+    `(pooled [B, L, H] in h's dtype, weights [B, L, K] float32)`.
+  """
+  if h.ndim != 3:
+    raise ValueError(f"message_attention: h has shape {tuple(h.shape)}, expected [B, L, E]")
+  for name, kernel in (("self_kernel", self_kernel), ("neighbor_kernel", neighbor_kernel)):
+    if kernel.ndim != 2 or kernel.shape[0] != h.shape[2] or kernel.shape != self_kernel.shape:
+      raise ValueError(f"message_attention: {name} has shape {tuple(kernel.shape)}, "
+                       f"expected [{h.shape[2]}, H] (both kernels alike)")
+  batch, nodes, _ = h.shape
+  node_parts = jax.ShapeDtypeStruct((batch, nodes, self_kernel.shape[1]), h.dtype)
+  cfg = _config("message_attention", node_parts, edge_features, neighbor_ids, neighbor_mask,
+                edge_kernel, bias, score_vector, tiles, save_activations, interpret)
+  h = jnp.pad(h, [(0, 0), (0, cfg.padded_nodes - nodes), (0, 0)])
+  columns = [(0, 0), (0, cfg.padded_hidden - cfg.hidden)]
+  s = h @ jnp.pad(self_kernel.astype(h.dtype), columns)  # [B, Lp, Hp]
+  n = h @ jnp.pad(neighbor_kernel.astype(h.dtype), columns)
+  return _run(cfg, s, n, edge_features, neighbor_ids, neighbor_mask, edge_kernel, bias,
+              score_vector)
+
+
+def _run(cfg, s, n, edge_features, neighbor_ids, neighbor_mask, edge_kernel, bias, score_vector):
+  """The fused kernels on padded node parts `[B, Lp, Hp]`; the pooled output cropped."""
+  args = (s, n, jax.lax.stop_gradient(jnp.asarray(edge_features, F32)),
+          jnp.asarray(neighbor_ids, jnp.int32), jnp.asarray(neighbor_mask, bool),
+          jnp.asarray(edge_kernel, F32), jnp.asarray(bias, F32), jnp.asarray(score_vector, F32))
+  # Per example: each device runs its own rows when the mesh splits the batch.
+  pooled, weights = batch_parallel.over_batch(lambda _, *x: _attention_pool(cfg, *x), args,
+                                              (True,) * 5 + (False,) * 3)
+  return pooled[:, :cfg.nodes, :cfg.hidden], weights
+
+
+def _config(owner, from_self, edge_features, neighbor_ids, neighbor_mask, edge_kernel, bias,
+            score_vector, tiles, save_activations, interpret) -> Config:
+  """Checks the shapes and tiles; the call's `Config`. `from_self` may be abstract."""
+  batch, nodes, hidden = from_self.shape
   if neighbor_ids.ndim != 3 or tuple(neighbor_ids.shape[:2]) != (batch, nodes):
-    raise ValueError(f"attention_pool: neighbor_ids has shape {tuple(neighbor_ids.shape)}, "
+    raise ValueError(f"{owner}: neighbor_ids has shape {tuple(neighbor_ids.shape)}, "
                      f"expected [{batch}, {nodes}, K]")
   slots = neighbor_ids.shape[2]
   if tuple(neighbor_mask.shape) != (batch, nodes, slots):
-    raise ValueError(f"attention_pool: neighbor_mask has shape {tuple(neighbor_mask.shape)}, "
+    raise ValueError(f"{owner}: neighbor_mask has shape {tuple(neighbor_mask.shape)}, "
                      f"expected {(batch, nodes, slots)}")
   if edge_features.ndim != 4 or tuple(edge_features.shape[:3]) != (batch, nodes, slots):
-    raise ValueError(f"attention_pool: edge_features has shape "
+    raise ValueError(f"{owner}: edge_features has shape "
                      f"{tuple(edge_features.shape)}, expected [{batch}, {nodes}, {slots}, F]")
   features = edge_features.shape[3]
   if tuple(edge_kernel.shape) != (features, hidden):
-    raise ValueError(f"attention_pool: edge_kernel has shape {tuple(edge_kernel.shape)}, "
+    raise ValueError(f"{owner}: edge_kernel has shape {tuple(edge_kernel.shape)}, "
                      f"expected {(features, hidden)}")
   for name, vec in (("bias", bias), ("score_vector", score_vector)):
     if tuple(vec.shape) != (hidden,):
-      raise ValueError(f"attention_pool: {name} has shape {tuple(vec.shape)}, "
+      raise ValueError(f"{owner}: {name} has shape {tuple(vec.shape)}, "
                        f"expected {(hidden,)}")
   t = tiles or DEFAULT_TILES
   for name, value in dataclasses.asdict(t).items():
     if name != "warps" and (value < 1 or value & (value - 1)):
-      raise ValueError(f"attention_pool: tiles.{name} must be a power of two, got {value}")
+      raise ValueError(f"{owner}: tiles.{name} must be a power of two, got {value}")
   if interpret is None:
     interpret = jax.default_backend() != "gpu"
     if interpret:
       warnings.warn(f"flaxdoc.nn.gcn_pallas: no GPU (backend {jax.default_backend()!r}), so the "
                     "fused GCN kernels run in Pallas' interpreter, which is slow; use "
-                    "gcn_kernel='xla' here", stacklevel=2)
+                    "gcn_kernel='xla' here", stacklevel=3)
   if not interpret:
     for name in ("block_nodes", "block_hidden", "block_edges"):
       if getattr(t, name) < 16:  # Triton's dots want >= 16 on every side
-        raise ValueError(f"attention_pool: on a GPU tiles.{name} must be >= 16, "
+        raise ValueError(f"{owner}: on a GPU tiles.{name} must be >= 16, "
                          f"got {getattr(t, name)}")
     if t.warps < 1 or t.warps & (t.warps - 1):
-      raise ValueError(f"attention_pool: tiles.warps must be a power of two, got {t.warps}")
-  bf16 = from_self.dtype == jnp.bfloat16
-  cfg = Config(nodes=nodes, slots=slots, features=features, hidden=hidden,
-               block_nodes=t.block_nodes, block_hidden=t.block_hidden,
-               block_edges=t.block_edges, warps=t.warps, interpret=bool(interpret), bf16=bf16,
-               save_activations=bool(save_activations))
-  args = (from_self, from_neighbor.astype(from_self.dtype),
-          jax.lax.stop_gradient(jnp.asarray(edge_features, F32)),
-          jnp.asarray(neighbor_ids, jnp.int32), jnp.asarray(neighbor_mask, bool),
-          jnp.asarray(edge_kernel, F32), jnp.asarray(bias, F32), jnp.asarray(score_vector, F32))
-  # Per example: each device runs its own rows when the mesh splits the batch.
-  return batch_parallel.over_batch(lambda _, *x: _attention_pool(cfg, *x), args,
-                                   (True,) * 5 + (False,) * 3)
+      raise ValueError(f"{owner}: tiles.warps must be a power of two, got {t.warps}")
+  return Config(nodes=nodes, slots=slots, features=features, hidden=hidden,
+                block_nodes=t.block_nodes, block_hidden=t.block_hidden,
+                block_edges=t.block_edges, warps=t.warps, interpret=bool(interpret),
+                bf16=from_self.dtype == jnp.bfloat16, save_activations=bool(save_activations))

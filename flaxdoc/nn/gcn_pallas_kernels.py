@@ -7,11 +7,15 @@ in order of their target node, and one chunk of `BH` hidden features. For its ro
 recomputes the message MLP's pre-activation from per-node vectors,
 
     pre[e, h] = S[src(e), h] + N[tgt(e), h] + (E[e] @ We)[h] + b1[h]
+              = S[src(e), h] + N[tgt(e), h] + ([E[e], 1] @ [We; b1])[h]
     x[e, h]   = gelu(pre[e, h])                  (exact GELU, as `nn.gelu(approximate=False)`)
 
 (`S`: the self part of the first layer, `N`: its neighbour part, both `[Lp, Hp]` per
 row; `E`: the edge features; `We`: the first layer's edge rows), so nothing `[L, K, H]`
-is ever written to memory. `Config` carries the static sizes.
+is ever written to memory. The bias rides in the edge product: the edge rows carry a
+column of ones in their padding to `Fp` and the kernel matrix `b1` in that row, so no
+kernel adds it, and the backward's `d We` product gives `d b1` in that row. `Config`
+carries the static sizes.
 
 With `Config.save_activations` (`GCNLayer(kernel="pallas_saved")`) the forward's scores
 kernel also writes each edge row's `x` and GELU slope `gelu'(pre)` in the inputs' dtype,
@@ -75,8 +79,8 @@ class Config:
     return self.padded_nodes * self.padded_slots
 
   @property
-  def padded_features(self) -> int:  # Triton's dots want >= 16 on the contracted axis
-    return max(16, int(pl.next_power_of_2(max(self.features, 1))))
+  def padded_features(self) -> int:  # F + 1 (the bias' column); Triton's dots want >= 16
+    return max(16, int(pl.next_power_of_2(self.features + 1)))
 
   @property
   def hidden_chunks(self) -> int:
@@ -188,19 +192,20 @@ def _per_node(cfg, edge_rows, weights=None):
   return _dot(cfg, picks, edge_rows)
 
 
-def _pre(cfg, s_rows, n_ref, tgt, e_rows, we_ref, b1_ref):
-  """The pre-activation `[rows, BH]` of edge rows with targets `tgt` and features `e_rows`."""
+def _pre(cfg, s_rows, n_ref, tgt, e_rows, we_ref):
+  """The pre-activation `[rows, BH]` of edge rows with targets `tgt` and features `e_rows`
+  (the bias included: `e_rows` end in a column of ones, `we` in `b1`)."""
   nb = n_ref[tgt, :].astype(F32)  # gathered rows [rows, BH]
-  return s_rows + nb + _dot(cfg, e_rows, we_ref[...]) + b1_ref[...].astype(F32)[None, :]
+  return s_rows + nb + _dot(cfg, e_rows, we_ref[...])
 
 
 # --------------------------------------------------------------------------- node-tile kernels
-def edge_dot_kernel(cfg, per_node_u, s_ref, n_ref, tgt_ref, e_ref, we_ref, b1_ref, u_ref,
+def edge_dot_kernel(cfg, per_node_u, s_ref, n_ref, tgt_ref, e_ref, we_ref, u_ref,
                     out_ref):
   """`out[e] = sum_h x[e, h] u[h]` over this chunk: `u` the score vector (forward), or the
   pooled gradient of the edge's source node (`per_node_u`, backward)."""
   s_rows = _per_edge(cfg, s_ref[...].astype(F32))
-  x = gelu(_pre(cfg, s_rows, n_ref, tgt_ref[...], e_ref[...], we_ref, b1_ref), cfg.interpret)
+  x = gelu(_pre(cfg, s_rows, n_ref, tgt_ref[...], e_ref[...], we_ref), cfg.interpret)
   if per_node_u:
     u = _per_edge(cfg, u_ref[...].astype(F32))
   else:
@@ -208,10 +213,10 @@ def edge_dot_kernel(cfg, per_node_u, s_ref, n_ref, tgt_ref, e_ref, we_ref, b1_re
   out_ref[...] = jnp.sum(x * u, axis=1)
 
 
-def pool_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, b1_ref, a_ref, out_ref):
+def pool_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, a_ref, out_ref):
   """`pooled[l, h] = sum_k a[l, k] x[l, k, h]` for this tile's nodes and chunk."""
   s_rows = _per_edge(cfg, s_ref[...].astype(F32))
-  x = gelu(_pre(cfg, s_rows, n_ref, tgt_ref[...], e_ref[...], we_ref, b1_ref), cfg.interpret)
+  x = gelu(_pre(cfg, s_rows, n_ref, tgt_ref[...], e_ref[...], we_ref), cfg.interpret)
   out_ref[...] = _per_node(cfg, x, a_ref[...]).astype(out_ref.dtype)
 
 
@@ -227,23 +232,39 @@ def _pre_grad(cfg, pre, a, ds, dp_rows, v_ref):
   return x, _d_hidden(a, ds, dp_rows, v_ref) * slope
 
 
-def source_grad_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, b1_ref, v_ref, a_ref, ds_ref,
+def _store_source_grads(cfg, x, ds, d_pre, e_rows, d_self_ref, d_v_ref, d_we_ref):
+  """`d S` (each node's sum over its edges, rounded once to the output's dtype) and this
+  tile's float32 partial sums of `d [We; b1]` (`e_rows`' column of ones makes the bias'
+  row the sum of `d pre` over the tile's edges) and `d v`.
+
+  Each a small product (bfloat16 operands for bfloat16 inputs, `_dot`): `d v = ds . x`
+  as the first row of a 16-row product (Triton's minimum), not a sum over the rows, which
+  lie across threads. In this order (`bench.kernel_sass`, sm_90) the recomputing kernel
+  keeps 167 registers (12 warps an SM; other orders took 174-255, 8 warps) and the saving
+  one loses 2.7 instructions an edge element.
+  """
+  d_we_ref[...] = _dot(cfg, e_rows, d_pre, trans_a=True)
+  first = lax.broadcasted_iota(jnp.int32, (16, ds.shape[0]), 0) == 0
+  d_v_ref[...] = jnp.sum(_dot(cfg, jnp.where(first, ds[None, :], 0.0), x), axis=0)
+  d_self_ref[...] = _per_node(cfg, d_pre).astype(d_self_ref.dtype)
+
+
+def source_grad_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, v_ref, a_ref, ds_ref,
                        dp_ref, d_self_ref, d_v_ref, d_we_ref):
-  """Backward, per source node tile: `d S` (the sum over each node's edges) and this tile's
-  partial sums of `d v` and `d We`."""
+  """Backward, per source node tile: `d S` and this tile's partial sums of `d v` and
+  `d [We; b1]` (`_store_source_grads`)."""
   s_rows = _per_edge(cfg, s_ref[...].astype(F32))
   e_rows = e_ref[...]
-  pre = _pre(cfg, s_rows, n_ref, tgt_ref[...], e_rows, we_ref, b1_ref)
+  pre = _pre(cfg, s_rows, n_ref, tgt_ref[...], e_rows, we_ref)
   ds = ds_ref[...]
   x, d_pre = _pre_grad(cfg, pre, a_ref[...], ds, _per_edge(cfg, dp_ref[...].astype(F32)), v_ref)
-  d_self_ref[...] = _per_node(cfg, d_pre)
-  d_v_ref[...] = jnp.sum(ds[:, None] * x, axis=0)
-  d_we_ref[...] = _dot(cfg, e_rows, d_pre, trans_a=True)
+  _store_source_grads(cfg, x, ds, d_pre, e_rows, d_self_ref, d_v_ref, d_we_ref)
 
 
 # --------------------------------------------------------------------------- target-side backward
 def _sum_by_target(cfg, bounds_ref, order_ref, tgt_ref, d_pre_of, out_ref):
-  """`out[j] = sum over edges e with tgt(e) = j of d pre[e]` for this target tile's nodes.
+  """`out[j] = sum over edges e with tgt(e) = j of d pre[e]` for this target tile's nodes
+  (summed in float32, rounded once to `out`'s dtype).
 
   `order` lists a row's edges sorted by target (masked edges last, outside every tile);
   `bounds[i]:bounds[i + 1]` are the positions of the edges into tile `i`. They are taken
@@ -264,10 +285,11 @@ def _sum_by_target(cfg, bounds_ref, order_ref, tgt_ref, d_pre_of, out_ref):
     return acc + _dot(cfg, onehot.astype(F32), d_pre_of(edge, tgt))
 
   steps = (end - start + be - 1) // be
-  out_ref[...] = lax.fori_loop(0, steps, body, jnp.zeros((bl, out_ref.shape[-1]), F32))
+  out_ref[...] = lax.fori_loop(0, steps, body, jnp.zeros((bl, out_ref.shape[-1]), F32)).astype(
+      out_ref.dtype)
 
 
-def target_grad_kernel(cfg, bounds_ref, order_ref, s_ref, n_ref, tgt_ref, e_ref, we_ref, b1_ref,
+def target_grad_kernel(cfg, bounds_ref, order_ref, s_ref, n_ref, tgt_ref, e_ref, we_ref,
                        v_ref, a_ref, ds_ref, dp_ref, d_nb_ref):
   """Backward, per target node tile: `d N[j] = sum over edges e with tgt(e) = j of d pre[e]`,
   each in-edge's `d pre` recomputed from the per-node vectors."""
@@ -275,18 +297,18 @@ def target_grad_kernel(cfg, bounds_ref, order_ref, s_ref, n_ref, tgt_ref, e_ref,
 
   def d_pre_of(edge, tgt):
     src = edge // kp
-    pre = _pre(cfg, s_ref[src, :].astype(F32), n_ref, tgt, e_ref[edge, :], we_ref, b1_ref)
+    pre = _pre(cfg, s_ref[src, :].astype(F32), n_ref, tgt, e_ref[edge, :], we_ref)
     return _pre_grad(cfg, pre, a_ref[edge], ds_ref[edge], dp_ref[src, :].astype(F32), v_ref)[1]
 
   _sum_by_target(cfg, bounds_ref, order_ref, tgt_ref, d_pre_of, d_nb_ref)
 
 
 # --------------------------------------------------------------------------- saved activations
-def saving_scores_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, b1_ref, u_ref, out_ref,
+def saving_scores_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, u_ref, out_ref,
                          x_ref, slope_ref):
   """The forward scores (as `edge_dot_kernel`), also writing the tile's `x` and `gelu'(pre)`."""
   s_rows = _per_edge(cfg, s_ref[...].astype(F32))
-  x, slope = gelu_and_grad(_pre(cfg, s_rows, n_ref, tgt_ref[...], e_ref[...], we_ref, b1_ref),
+  x, slope = gelu_and_grad(_pre(cfg, s_rows, n_ref, tgt_ref[...], e_ref[...], we_ref),
                            cfg.interpret)
   x_ref[...] = x.astype(x_ref.dtype)
   slope_ref[...] = slope.astype(slope_ref.dtype)
@@ -311,9 +333,7 @@ def saved_source_grad_kernel(cfg, x_ref, slope_ref, e_ref, v_ref, a_ref, ds_ref,
   d_pre = _d_hidden(a_ref[...], ds, _per_edge(cfg, dp_ref[...].astype(F32)), v_ref) * (
       slope_ref[...].astype(F32))
   d_pre_ref[...] = d_pre.astype(d_pre_ref.dtype)
-  d_self_ref[...] = _per_node(cfg, d_pre)
-  d_v_ref[...] = jnp.sum(ds[:, None] * x, axis=0)
-  d_we_ref[...] = _dot(cfg, e_ref[...], d_pre, trans_a=True)
+  _store_source_grads(cfg, x, ds, d_pre, e_ref[...], d_self_ref, d_v_ref, d_we_ref)
 
 
 def saved_target_grad_kernel(cfg, bounds_ref, order_ref, tgt_ref, d_pre_ref, d_nb_ref):

@@ -55,7 +55,7 @@ def test_configured_tiles_reach_the_kernels_and_change_no_value(monkeypatch):
   # config arrive at both kernels, and the outputs equal those of the default tiles.
   seen = {"etc": [], "gcn": []}
   _recording(monkeypatch, etc_pallas, "long_query_attention", seen["etc"])
-  _recording(monkeypatch, gcn_pallas, "attention_pool", seen["gcn"])
+  _recording(monkeypatch, gcn_pallas, "message_attention", seen["gcn"])
   config = models.get_model_config("formnet", "A2", local=True)
   config.update(dict(width=32, num_heads=2, mlp_dim=64, depth=1, dropout_rate=0.0,
                      attention_dropout_rate=0.0, local_radius=4, gcn_layers=1, gcn_depth=1,

@@ -10,6 +10,7 @@ lacks fails here, not on the first GPU.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import jax
@@ -78,6 +79,49 @@ def training_forward(fn, p):
   which with saved activations runs other kernels than a plain call)."""
   out, _ = jax.vjp(lambda *diff: fn(**dict(p, **dict(zip(DIFF, diff)))), *(p[k] for k in DIFF))
   return out
+
+
+@pytest.mark.parametrize("save", [
+    False,
+    # the node products' wiring is the same for both; the saving kernels are checked above
+    pytest.param(True, marks=pytest.mark.slow)])
+def test_message_attention_is_attention_pool_of_the_node_products(save):
+  """`message_attention` computes the node parts at the kernels' padded sizes (37 nodes in
+  tiles of 4, 70 features in chunks of 32): values and the gradients of `h` and both node
+  kernels against the per-edge reference of `h @ kernel`. 15 edge features: the bias'
+  column of ones is the 16th, the last of the padded features."""
+  p = problem(seed=4, f=15)
+  rng = np.random.default_rng(8)
+  hs = jnp.asarray(rng.normal(size=p["s"].shape[:2] + (9,)), jnp.float32)
+  ws, wn = (jnp.asarray(rng.normal(size=(9, 70)) * 0.4, jnp.float32) for _ in range(2))
+  rest = {k: p[k] for k in ("e", "ids", "mask", "we", "b1", "v")}
+  cots = (jnp.asarray(rng.normal(size=p["s"].shape), jnp.float32),
+          jnp.asarray(rng.normal(size=p["mask"].shape), jnp.float32))
+
+  def fused_products(h, ws, wn):
+    return gp.message_attention(h, ws, wn, rest["e"], rest["ids"], rest["mask"], rest["we"],
+                                rest["b1"], rest["v"], tiles=SMALL, save_activations=save,
+                                interpret=True)
+
+  def reference_products(h, ws, wn):
+    return reference(h @ ws, h @ wn, **rest)
+
+  want = reference_products(hs, ws, wn)
+  for got in (fused_products(hs, ws, wn), jax.vjp(fused_products, hs, ws, wn)[0]):
+    for g, w in zip(got, want):
+      assert g.shape == w.shape
+      np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-5)
+
+  def scalar(fn):
+    return lambda *a: sum(jnp.sum(o * c) for o, c in zip(fn(*a), cots))
+
+  got = jax.grad(scalar(fused_products), argnums=(0, 1, 2))(hs, ws, wn)
+  want = jax.grad(scalar(reference_products), argnums=(0, 1, 2))(hs, ws, wn)
+  for name, g, w in zip(("h", "self_kernel", "neighbor_kernel"), got, want):
+    scale = float(jnp.abs(w).max())
+    assert scale > 0, name
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=0, atol=2e-5 * scale,
+                               err_msg=name)
 
 
 def test_normal_cdf_and_gelu_pieces_match_scipy_and_autodiff():
@@ -165,6 +209,17 @@ def test_hub_single_node_and_formnet_slots(shape):
   # One slot: its weight is 1 whatever the score, so the score vector gets no gradient.
   check_against_reference(p, gp.DEFAULT_TILES if shape["k"] == 8 else SMALL,
                           zero=("v",) if shape["k"] == 1 else ())
+
+
+def test_the_bias_column_when_the_features_fill_a_power_of_two():
+  """The bias rides in the edge product as a column of ones after the `F` features: with
+  15 features it is the 16th column (checked in the `message_attention` test), with 16
+  the padding grows to 32."""
+  def padded(f):
+    return gk.Config(nodes=9, slots=3, features=f, hidden=20, block_nodes=4, block_hidden=32,
+                     block_edges=8, warps=4, interpret=True, bf16=False).padded_features
+  assert (padded(11), padded(15), padded(16), padded(31)) == (16, 16, 32, 32)
+  check_against_reference(problem(seed=9, b=1, nodes=9, k=3, f=16, h=20))
 
 
 def test_valid_ids_out_of_range_are_clamped_as_xla_gathers_them():
@@ -300,6 +355,40 @@ def test_lowers_to_triton_for_a_gpu(nodes, k, f, h, dtype, save):
   want = (SAVING, 5) if save else (RECOMPUTING, 5)
   assert kernels(jax.grad(step, argnums=(0, 1, 2, 3, 4))) == want
   assert kernels(step) == (["gcn_edge_dot", "gcn_pool"], 2)
+
+
+@pytest.mark.parametrize("kernel", ["pallas", "pallas_saved"])
+def test_no_node_array_is_padded_cropped_or_converted_around_the_kernels(kernel, monkeypatch):
+  """The layer's forward and backward lowered for CUDA (bfloat16, 64 nodes, H = 43 in
+  chunks of 32): the only operations on a `[B, L, H]` node array outside the kernels are
+  the pooled output's crop and, in the backward, its transpose (a pad) and the pooled
+  gradient's widening to float32 (elementwise on the pad: one pass). The node parts come
+  out of their products at the padded size, and the kernels write `d S` and `d N` in
+  bfloat16 at that size, so nothing pads `s` / `n` or converts and crops the gradients."""
+  b, nodes, k, width, f = 2, 64, 8, 16, 11
+  hidden = 2 * width + f
+  h = jnp.zeros((b, nodes, width), jnp.bfloat16)
+  ids, mask = jnp.zeros((b, nodes, k), jnp.int32), jnp.ones((b, nodes, k), bool)
+  feats = jnp.zeros((b, nodes, k, f))
+  layer = GCNLayer(hidden_features=hidden, kernel=kernel, dtype=jnp.bfloat16,
+                   pallas_tiles=gp.Tiles(16, 32, 16, 4))
+  params = nn.unbox(GCNLayer(hidden_features=hidden).init(
+      jax.random.key(0), h.astype(jnp.float32), ids, feats, mask))["params"]
+
+  def loss(params, h):
+    return layer.apply({"params": params}, h, ids, feats, mask).astype(jnp.float32).sum()
+
+  # The layer's call with the kernels lowered for the GPU, not the interpreter.
+  monkeypatch.setattr(gp, "message_attention",
+                      functools.partial(gp.message_attention, interpret=False))
+  text = jax.jit(jax.grad(loss, argnums=(0, 1))).trace(params, h).lower(
+      lowering_platforms=("cuda",)).as_text()
+  node_array = re.compile(rf"tensor<{b}x{nodes}x(?:{hidden}|64)x(?:bf16|f32)>")
+  passes = [m.group(1) for line in text.splitlines()
+            if (m := re.search(r"= stablehlo\.(pad|slice|convert|concatenate)\b", line))
+            and node_array.search(line)]
+  assert sorted(passes) == ["convert", "pad", "slice"], passes
+  assert text.count("xla.gpu.triton") == 5
 
 
 def test_off_a_gpu_the_interpreter_runs_with_a_warning():
