@@ -30,6 +30,10 @@ recomputing forward; both pool `x` and the weights as operands of one product in
 inputs' dtype, so the training forward's output is the inference forward's, bit for bit
 (checked in Pallas' interpreter; on a GPU as long as both kernels compute `x` alike).
 
+The kernels work on node arrays padded to whole tiles (`[B, Lp, Hp]`). `GCNLayer` calls
+`message_attention`, whose node products write that size and whose gradients come back
+at it, in the compute dtype; `attention_pool` takes `S` and `N` as they are and pads them.
+
 The edge features are treated as data: they get no gradient (the XLA path would give
 them one; nothing in flaxdoc trains them). The score's constant `b2 . w` is left out:
 a softmax does not see a constant. Kernels run on GPUs through Pallas' Triton backend,
