@@ -5,7 +5,7 @@ r"""Accelerator figures: FormNet-A2 pre-training step, ETC vs dense attention, c
         [--dtype bfloat16] [--peak_tflops 989] [--local] [--profile DIR]
         [--ablation full etc_rich etc] [--gcn_backward scatter_f32 scatter]
         [--mlm_positions capped all] [--etc_kernel xla pallas]
-        [--gcn_kernel xla pallas pallas_saved] [--etc_tiles 32,64,4,32,32,4]
+        [--gcn_kernel xla pallas pallas_saved pallas_dpre] [--etc_tiles 32,64,4,32,32,4]
         [--gcn_tiles 16,32,32,4]
 
 Three tables, each row in its own subprocess (so the device's `peak_bytes_in_use`
@@ -521,10 +521,10 @@ def main(argv=None) -> int:
                       "(flaxdoc.nn.etc_pallas; not with --ablation etc, whose relative ids it "
                       "lacks); one row each")
   p.add_argument("--gcn_kernel", nargs="+", default=["xla"],
-                 choices=["xla", "pallas", "pallas_saved"],
+                 choices=["xla", "pallas", "pallas_saved", "pallas_dpre"],
                  help="the GCN's per-edge part as XLA arrays or in the fused Pallas kernels "
                       "(flaxdoc.nn.gcn_pallas; pallas_saved keeps each edge's GELU for the "
-                      "backward; only with --ablation full; --gcn_backward "
+                      "backward, pallas_dpre passes d pre within the backward; only with --ablation full; --gcn_backward "
                       "does not apply to them); one row each")
   p.add_argument("--etc_tiles", type=_ints, default=None, metavar="Q,K,W,BQ,BK,BW",
                  help="the fused ETC kernel's tiles in the pre-training rows "

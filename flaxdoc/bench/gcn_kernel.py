@@ -1,16 +1,17 @@
 r"""One FormNet GCN layer: the XLA path against the fused kernels' tiles.
 
     python -m flaxdoc.bench.gcn_kernel [--json] [--batch 16] [--length 1024] [--dtype bfloat16]
-        [--graph local|random] [--kernels pallas pallas_saved] [--tiles 16,32,32,4 ...]
+        [--graph local|random] [--kernels pallas pallas_saved pallas_dpre] [--tiles 16,32,32,4 ...]
         [--sweep] [--iters 20] [--local]
 
 `flaxdoc.nn.gcn.GCNLayer` at FormNet-A2's sizes by default (768 wide, the message MLP's
 hidden layer `2E + F` wide, 8 neighbour slots, 70% of them real edges), `jax.jit` of the
 forward and of the gradients of the node states and every parameter. One row for
 `kernel="xla"` and one per fused kernel (`--kernels`: "pallas" recomputes each edge's GELU
-in the backward, "pallas_saved" keeps it from the forward) and `--tiles`
+in the backward, "pallas_saved" keeps it from the forward, "pallas_dpre" recomputes it but
+writes `d pre` for the target side) and `--tiles`
 (`block_nodes,block_hidden,block_edges,warps`, `flaxdoc.nn.gcn_pallas.Tiles`); `--sweep`
-adds a set of tilings. `fwd_ms` is the forward as inference runs it (for both fused forms
+adds a set of tilings. `fwd_ms` is the forward as inference runs it (for every fused form
 the recomputing one); `fwd_bwd_ms` the forward and backward of training.
 Errors are against the XLA layer in float32 (`flaxdoc.bench.kernel_rows`). The graph's
 neighbours are within 32 tokens of the node (`local`: a page's spatial neighbours are
@@ -115,7 +116,7 @@ def main(argv=None) -> int:
                             "block_nodes,block_hidden,block_edges,warps", SWEEP)
   ap.add_argument("--graph", default="local", choices=["local", "random"])
   ap.add_argument("--kernels", nargs="+", default=["pallas", "pallas_saved"],
-                  choices=["pallas", "pallas_saved"],
+                  choices=["pallas", "pallas_saved", "pallas_dpre"],
                   help="the fused forms: GELU recomputed in the backward, or saved")
   a = ap.parse_args(argv)
   from flaxdoc.nn import gcn_pallas  # pylint: disable=import-outside-toplevel

@@ -1,7 +1,7 @@
 """The fused Pallas kernels as a GPU would run them, compiled on this machine: registers,
 spills and instructions per pair (ETC + Rich Attention) or per edge element (the GCN).
 
-    python -m flaxdoc.bench.kernel_sass [--json] [--arch 90] [--kernels etc gcn gcn_saved]
+    python -m flaxdoc.bench.kernel_sass [--json] [--arch 90] [--kernels etc gcn gcn_saved gcn_dpre]
         [--etc_tiles 32,64,4,32,32,4] [--gcn_tiles 16,32,32,4]
 
 Needs the `triton` package (`pip install triton`; no GPU, no CUDA install: its wheel
@@ -296,7 +296,8 @@ def etc_passes(tiles, length: int = 1024, heads: int = 12, radius: int = 84,
           "etc_rich_backward_dkv": rows * dkv}
 
 
-def gcn_problem(tiles, save: bool, nodes: int = 1024, hidden: int = 1548):
+def gcn_problem(tiles, save: bool, nodes: int = 1024, hidden: int = 1548,
+                write_d_pre: bool = False):
   """As `etc_problem`, "edge element": one GCN layer's kernels at FormNet-A2's sizes (768
   wide, hidden 2E + F = 1,548, 8 slots, 12 edge features, bfloat16), and the edge
   elements (edge x hidden unit) a thread handles per program, or per pass of the target
@@ -311,7 +312,8 @@ def gcn_problem(tiles, save: bool, nodes: int = 1024, hidden: int = 1548):
 
   def loss(s, n, we, b1, v):
     pooled, weights = gp.attention_pool(s, n, e, ids, mask, we, b1, v, interpret=False,
-                                        save_activations=save, tiles=tiles)
+                                        save_activations=save, write_d_pre=write_d_pre,
+                                        tiles=tiles)
     return pooled.astype(jnp.float32).sum() + weights.sum()
 
   from flaxdoc.nn import gcn_pallas_kernels as gk  # pylint: disable=import-outside-toplevel
@@ -339,10 +341,12 @@ def run(kernels=("etc", "gcn_saved"), etc_tiles=None, gcn_tiles=None, arch: int 
   for which in kernels:
     if which == "etc":
       fn, args, per_thread, unit, passes = etc_problem(etc_tiles)
-    elif which in ("gcn", "gcn_saved"):
-      fn, args, per_thread, unit, passes = gcn_problem(gcn_tiles, save=which == "gcn_saved")
+    elif which in ("gcn", "gcn_saved", "gcn_dpre"):
+      fn, args, per_thread, unit, passes = gcn_problem(gcn_tiles, save=which == "gcn_saved",
+                                                       write_d_pre=which == "gcn_dpre")
     else:
-      raise ValueError(f"kernel_sass: unknown kernels {which!r}: etc, gcn or gcn_saved")
+      raise ValueError(f"kernel_sass: unknown kernels {which!r}: etc, gcn, gcn_saved or "
+                       "gcn_dpre")
     seen = set()
     for k in lower_kernels(fn, args):
       if k["name"] in seen:  # the recomputing GCN runs its scores kernel twice
@@ -368,7 +372,7 @@ def main(argv=None) -> int:
   ap.add_argument("--json", action="store_true")
   ap.add_argument("--arch", type=int, default=90, help="compute capability, 90 = H100/H200")
   ap.add_argument("--kernels", nargs="+", default=["etc", "gcn_saved"],
-                  choices=["etc", "gcn", "gcn_saved"])
+                  choices=["etc", "gcn", "gcn_saved", "gcn_dpre"])
   ap.add_argument("--etc_tiles", default=None, help="six ints, as bench.etc_kernel --tiles")
   ap.add_argument("--gcn_tiles", default=None, help="four ints, as bench.gcn_kernel --tiles")
   a = ap.parse_args(argv)

@@ -116,9 +116,10 @@ class EncoderSpec:
   `fixed_bias` ("none" | "squircle" | "cross").
 
   Super-Tokens: `gcn_layers` (0 = off), `gcn_message_hidden` ("width" | "input"),
-  `gcn_kernel` ("xla" | "pallas" | "pallas_saved": each layer's per-edge part in fused
-  kernels, `flaxdoc.nn.gcn_pallas`, recomputing or saving each edge's GELU for the
-  backward; no effect without GCN layers), `gcn_tiles` (`gcn_pallas.Tiles`' four fields
+  `gcn_kernel` ("xla" | "pallas" | "pallas_saved" | "pallas_dpre": each layer's per-edge
+  part in fused kernels, `flaxdoc.nn.gcn_pallas`, recomputing or saving each edge's GELU
+  for the backward, or recomputing it but passing `d pre` within the backward; no effect
+  without GCN layers), `gcn_tiles` (`gcn_pallas.Tiles`' four fields
   in order; `()`: the defaults). Tiles are per chip: `flaxdoc.bench.etc_kernel` and
   `flaxdoc.bench.gcn_kernel --sweep` time the candidates on one layer.
   Heads: `tagging_hidden`, `local_order_head`.
@@ -170,7 +171,7 @@ class EncoderSpec:
   # super-tokens and heads
   gcn_layers: int = 0
   gcn_message_hidden: str = "width"
-  gcn_kernel: str = "xla"  # "pallas"/"pallas_saved": fused per-edge kernels (nn.gcn_pallas)
+  gcn_kernel: str = "xla"  # "pallas"/"pallas_saved"/"pallas_dpre": fused (nn.gcn_pallas)
   gcn_tiles: tuple[int, ...] = ()  # gcn_pallas.Tiles fields in order; (): the defaults
   tagging_hidden: bool = False
   local_order_head: bool = False
@@ -254,7 +255,8 @@ class EncoderSpec:
         bad("etc_kernel", "the fused kernel takes Rich Attention as its only layout term "
             "(polar, gaussian and fixed_bias need etc_kernel='xla')")
     for field, kernel, fused in (("etc_tiles", "etc_kernel", ("pallas",)),
-                                 ("gcn_tiles", "gcn_kernel", ("pallas", "pallas_saved"))):
+                                 ("gcn_tiles", "gcn_kernel", ("pallas", "pallas_saved",
+                                                              "pallas_dpre"))):
       if getattr(self, field) and getattr(self, kernel) not in fused:
         bad(field, f"tiles are for the fused kernels ({kernel} in {fused}), not "
             f"{kernel}={getattr(self, kernel)!r}")

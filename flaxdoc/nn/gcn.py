@@ -128,7 +128,7 @@ NEIGHBOR_GRADIENT = "scatter_f32"
 NEIGHBOR_GRADIENTS = ("scatter_f32", "scatter")
 # How a layer computes its per-edge part: as XLA arrays, or fused (`flaxdoc.nn.gcn_pallas`),
 # recomputing each edge's GELU in the backward or saving it from the forward.
-KERNELS = ("xla", "pallas", "pallas_saved")
+KERNELS = ("xla", "pallas", "pallas_saved", "pallas_dpre")
 
 
 def gather_neighbors(x: Array, ids: Array) -> Array:
@@ -183,7 +183,9 @@ class GCNLayer(nn.Module):
       `b2 . w`, which a softmax does not see, is left out. "pallas" keeps nothing per
       edge for the backward and evaluates each edge's GELU five times a step;
       "pallas_saved" keeps its output and slope (two `[B, L*K, H]` arrays a layer, at
-      the kernels' padded sizes) and evaluates it once.
+      the kernels' padded sizes) and evaluates it once; "pallas_dpre" keeps nothing from
+      the forward but writes each edge's `d pre` within the backward for the target side
+      (one such array, only during the layer's backward): four evaluations.
     pallas_tiles: the kernels' `gcn_pallas.Tiles` (None: their defaults).
   """
   hidden_features: int | None = None
@@ -260,7 +262,8 @@ class GCNLayer(nn.Module):
       pooled, weights = gcn_pallas.message_attention(
           h_c, kernel1[:width], kernel1[width:2 * width], edges, ids, neighbor_mask,
           kernel1[2 * width:], bias1, score_vec, tiles=self.pallas_tiles,
-          save_activations=self.kernel == "pallas_saved")
+          save_activations=self.kernel == "pallas_saved",
+          write_d_pre=self.kernel == "pallas_dpre")
       weights = weights.astype(self.dtype)  # [B, L, K]
     else:
       from_self = h_c @ kernel1[:width]  # [B, L, H]
@@ -304,7 +307,7 @@ class SuperTokenEncoder(nn.Module):
     message_hidden: hidden width of the message MLPs: "width" (`E`) or "input"
       (`2E + F`, FormNet's configs; see the module docstring).
     dropout_rate: dropout of each layer (on its pooled hidden vectors).
-    kernel: "xla", "pallas" or "pallas_saved" (see `GCNLayer`).
+    kernel: "xla", "pallas", "pallas_saved" or "pallas_dpre" (see `GCNLayer`).
     pallas_tiles: the fused kernels' `gcn_pallas.Tiles` (None: their defaults).
   """
   features: int

@@ -30,6 +30,11 @@ recomputing forward; both pool `x` and the weights as operands of one product in
 inputs' dtype, so the training forward's output is the inference forward's, bit for bit
 (checked in Pallas' interpreter; on a GPU as long as both kernels compute `x` alike).
 
+`write_d_pre=True` (`GCNLayer(kernel="pallas_dpre")`) is a middle way: nothing is kept
+from the forward, but within the backward the source-tile kernel writes `d pre` (one
+`[B, Lp * Kp, Hp]` array, freed with the layer's backward) and the target side sums it:
+four GELU evaluations an element instead of five.
+
 The kernels work on node arrays padded to whole tiles (`[B, Lp, Hp]`). `GCNLayer` calls
 `message_attention`, whose node products write that size and whose gradients come back
 at it, in the compute dtype; `attention_pool` takes `S` and `N` as they are and pads them.
@@ -194,12 +199,16 @@ def _source_out_shapes(cfg, batch, dtype):
 
 
 def _source_grads(cfg, x, a, ds, dp):
+  """`(d S, d v partials, d [We; b1] partials)`, and `d pre` `[B, rows, Hp]` with
+  `cfg.write_d_pre`."""
   batch, sp = x["s"].shape[0], _specs(cfg)
+  d_pre = [jax.ShapeDtypeStruct((batch, cfg.rows, cfg.padded_hidden), x["s"].dtype)]
   return _call(cfg, batch, functools.partial(kernels.source_grad_kernel, cfg),
                [sp["node_tile"], sp["all_nodes"], sp["edge_tile"], sp["edge_feature_tile"],
                 sp["we"], sp["chunk"], sp["edge_tile"], sp["edge_tile"], sp["node_tile"]],
-               _source_out_specs(cfg), _source_out_shapes(cfg, batch, x["s"].dtype),
-               "gcn_backward_source")(x["s"], x["n"], x["tgt"], x["e"], x["we"],
+               _source_out_specs(cfg) + [sp["edge_rows"]] * cfg.write_d_pre,
+               _source_out_shapes(cfg, batch, x["s"].dtype) + d_pre * cfg.write_d_pre,
+               "gcn_backward_source_writing" if cfg.write_d_pre else "gcn_backward_source")(x["s"], x["n"], x["tgt"], x["e"], x["we"],
                                       x["v"], a, ds, dp)
 
 
@@ -348,6 +357,9 @@ def _attention_pool_bwd(cfg, res, grads):
   if cfg.save_activations:
     d_s, d_v, d_we, d_pre = _saved_source_grads(cfg, x, hidden, slope, a, ds, dp)
     d_n = _saved_target_grads(cfg, x, d_pre)
+  elif cfg.write_d_pre:
+    d_s, d_v, d_we, d_pre = _source_grads(cfg, x, a, ds, dp)
+    d_n = _saved_target_grads(cfg, x, d_pre)
   else:
     d_s, d_v, d_we = _source_grads(cfg, x, a, ds, dp)
     d_n = _target_grads(cfg, x, a, ds, dp)
@@ -364,7 +376,7 @@ _attention_pool.defvjp(_attention_pool_fwd, _attention_pool_bwd)
 def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
                    neighbor_ids: Array, neighbor_mask: Array, edge_kernel: Array,
                    bias: Array, score_vector: Array, *, tiles: Tiles | None = None,
-                   save_activations: bool = False,
+                   save_activations: bool = False, write_d_pre: bool = False,
                    interpret: bool | None = None) -> tuple[Array, Array]:
   """FormNet's GCN message attention, fused: `(pooled [B, L, H], weights [B, L, K])`.
 
@@ -391,6 +403,12 @@ def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
       padded to whole tiles, `K` to a power of two) and the backward evaluates no GELU
       (five evaluations per element become one); False recomputes them, keeping
       nothing per edge.
+    write_d_pre: without `save_activations`: the backward's source-side kernel also
+      writes every edge row's `d pre` (a `[B, Lp * Kp, Hp]` array in `from_self`'s dtype,
+      alive only during this backward) and the target side sums it instead of evaluating
+      GELU again: four evaluations an element a step instead of five, for that array's
+      write and read. The same values: the target side's product takes `d pre` in the
+      inputs' dtype either way. (Implied by `save_activations`.)
     interpret: run the Pallas interpreter (default: when the backend is not a GPU).
 
   Returns:
@@ -400,7 +418,8 @@ def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
     raise ValueError(f"attention_pool: from_neighbor has shape {tuple(from_neighbor.shape)}, "
                      f"expected {tuple(from_self.shape)}")
   cfg = _config("attention_pool", from_self, edge_features, neighbor_ids, neighbor_mask,
-                edge_kernel, bias, score_vector, tiles, save_activations, interpret)
+                edge_kernel, bias, score_vector, tiles, save_activations, write_d_pre,
+                interpret)
   return _run(cfg, _pad_nodes(cfg, from_self),
               _pad_nodes(cfg, from_neighbor.astype(from_self.dtype)), edge_features,
               neighbor_ids, neighbor_mask, edge_kernel, bias, score_vector)
@@ -410,6 +429,7 @@ def message_attention(h: Array, self_kernel: Array, neighbor_kernel: Array,
                       edge_features: Array, neighbor_ids: Array, neighbor_mask: Array,
                       edge_kernel: Array, bias: Array, score_vector: Array, *,
                       tiles: Tiles | None = None, save_activations: bool = False,
+                      write_d_pre: bool = False,
                       interpret: bool | None = None) -> tuple[Array, Array]:
   """`attention_pool(h @ self_kernel, h @ neighbor_kernel, ...)`, as `GCNLayer` runs it.
 
@@ -426,7 +446,7 @@ def message_attention(h: Array, self_kernel: Array, neighbor_kernel: Array,
     self_kernel, neighbor_kernel: `[E, H]`, the first message layer's rows for the node
       and for its neighbour.
     edge_features, neighbor_ids, neighbor_mask, edge_kernel, bias, score_vector, tiles,
-    save_activations, interpret: as `attention_pool`'s.
+    save_activations, write_d_pre, interpret: as `attention_pool`'s.
 
   Returns:
     `(pooled [B, L, H] in h's dtype, weights [B, L, K] float32)`.
@@ -440,7 +460,8 @@ def message_attention(h: Array, self_kernel: Array, neighbor_kernel: Array,
   batch, nodes, _ = h.shape
   node_parts = jax.ShapeDtypeStruct((batch, nodes, self_kernel.shape[1]), h.dtype)
   cfg = _config("message_attention", node_parts, edge_features, neighbor_ids, neighbor_mask,
-                edge_kernel, bias, score_vector, tiles, save_activations, interpret)
+                edge_kernel, bias, score_vector, tiles, save_activations, write_d_pre,
+                interpret)
   h = jnp.pad(h, [(0, 0), (0, cfg.padded_nodes - nodes), (0, 0)])
   columns = [(0, 0), (0, cfg.padded_hidden - cfg.hidden)]
   s = h @ jnp.pad(self_kernel.astype(h.dtype), columns)  # [B, Lp, Hp]
@@ -461,7 +482,7 @@ def _run(cfg, s, n, edge_features, neighbor_ids, neighbor_mask, edge_kernel, bia
 
 
 def _config(owner, from_self, edge_features, neighbor_ids, neighbor_mask, edge_kernel, bias,
-            score_vector, tiles, save_activations, interpret) -> Config:
+            score_vector, tiles, save_activations, write_d_pre, interpret) -> Config:
   """Checks the shapes and tiles; the call's `Config`. `from_self` may be abstract."""
   batch, nodes, hidden = from_self.shape
   if neighbor_ids.ndim != 3 or tuple(neighbor_ids.shape[:2]) != (batch, nodes):
@@ -502,4 +523,5 @@ def _config(owner, from_self, edge_features, neighbor_ids, neighbor_mask, edge_k
   return Config(nodes=nodes, slots=slots, features=features, hidden=hidden,
                 block_nodes=t.block_nodes, block_hidden=t.block_hidden,
                 block_edges=t.block_edges, warps=t.warps, interpret=bool(interpret),
-                bf16=from_self.dtype == jnp.bfloat16, save_activations=bool(save_activations))
+                bf16=from_self.dtype == jnp.bfloat16, save_activations=bool(save_activations),
+                write_d_pre=bool(write_d_pre) and not save_activations)

@@ -57,6 +57,7 @@ class Config:
   interpret: bool
   bf16: bool  # the inputs are bfloat16: dots take bfloat16 operands (float32 accumulation)
   save_activations: bool = False  # the forward keeps x and gelu'(pre) for the backward
+  write_d_pre: bool = False  # recomputing: the source-side backward writes d pre for the target side
 
   @property
   def padded_slots(self) -> int:  # Kp: whole edge rows per node, a power of two
@@ -250,15 +251,18 @@ def _store_source_grads(cfg, x, ds, d_pre, e_rows, d_self_ref, d_v_ref, d_we_ref
 
 
 def source_grad_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, v_ref, a_ref, ds_ref,
-                       dp_ref, d_self_ref, d_v_ref, d_we_ref):
+                       dp_ref, d_self_ref, d_v_ref, d_we_ref, *d_pre_ref):
   """Backward, per source node tile: `d S` and this tile's partial sums of `d v` and
-  `d [We; b1]` (`_store_source_grads`)."""
+  `d [We; b1]` (`_store_source_grads`); with `Config.write_d_pre` also every edge row's
+  `d pre`, for the target side to sum (`saved_target_grad_kernel`)."""
   s_rows = _per_edge(cfg, s_ref[...].astype(F32))
   e_rows = e_ref[...]
   pre = _pre(cfg, s_rows, n_ref, tgt_ref[...], e_rows, we_ref)
   ds = ds_ref[...]
   x, d_pre = _pre_grad(cfg, pre, a_ref[...], ds, _per_edge(cfg, dp_ref[...].astype(F32)), v_ref)
   _store_source_grads(cfg, x, ds, d_pre, e_rows, d_self_ref, d_v_ref, d_we_ref)
+  if d_pre_ref:
+    d_pre_ref[0][...] = d_pre.astype(d_pre_ref[0].dtype)
 
 
 # --------------------------------------------------------------------------- target-side backward
