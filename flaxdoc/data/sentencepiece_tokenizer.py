@@ -61,8 +61,14 @@ class SentencePieceTokenizer(CachedWordEncoder):
     return self._sp.id_to_piece(int(i))
 
 
+# The vocabulary a trained model gets unless told otherwise (also the CLI's and the default
+# tokenizer's, `flaxdoc.data.tokenizers`).
+DEFAULT_VOCAB_SIZE = 8000
+
+
 def train_sentencepiece(texts: Iterable[str], model_prefix: str | os.PathLike,
-                        vocab_size: int = 8000, *, model_type: str = "unigram", character_coverage: float = 0.9995,
+                        vocab_size: int = DEFAULT_VOCAB_SIZE, *, model_type: str = "unigram",
+                        character_coverage: float = 0.9995,
                         byte_fallback: bool = True, hard_vocab_limit: bool = False,
                         num_threads: int = 1, input_sentence_size: int = 1_000_000,
                         **extra) -> str:

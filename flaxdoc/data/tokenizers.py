@@ -42,7 +42,8 @@ from typing import Sequence
 # The tokenizer classes live in a module each; they are re-exported here, the entry
 # point every caller uses.
 from flaxdoc.data.byte_level_bpe import ByteLevelBPETokenizer, bytes_to_unicode, gpt2_pretokenize
-from flaxdoc.data.sentencepiece_tokenizer import SentencePieceTokenizer, train_sentencepiece
+from flaxdoc.data.sentencepiece_tokenizer import (DEFAULT_VOCAB_SIZE, SentencePieceTokenizer,
+                                                  train_sentencepiece)
 from flaxdoc.data.word_tokenizer import SPECIAL_PIECES, CachedWordEncoder, Tokenizer, read_json_object
 from flaxdoc.data.wordpiece import WordPieceTokenizer
 
@@ -58,7 +59,6 @@ log = logging.getLogger(__name__)
 
 # Bump when the default model's training recipe or corpus changes: the cache key.
 DEFAULT_TOKENIZER_VERSION = "sp-unigram-v1"
-DEFAULT_VOCAB_SIZE = 8000
 DEFAULT_CORPUS_DOCS = 600
 DEFAULT_CORPUS_SEED = 0
 
