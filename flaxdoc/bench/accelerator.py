@@ -524,8 +524,8 @@ def main(argv=None) -> int:
                  choices=["xla", "pallas", "pallas_saved", "pallas_dpre"],
                  help="the GCN's per-edge part as XLA arrays or in the fused Pallas kernels "
                       "(flaxdoc.nn.gcn_pallas; pallas_saved keeps each edge's GELU for the "
-                      "backward, pallas_dpre passes d pre within the backward; only with --ablation full; --gcn_backward "
-                      "does not apply to them); one row each")
+                      "backward, pallas_dpre passes d pre within the backward; only with "
+                      "--ablation full; --gcn_backward does not apply to them); one row each")
   p.add_argument("--etc_tiles", type=_ints, default=None, metavar="Q,K,W,BQ,BK,BW",
                  help="the fused ETC kernel's tiles in the pre-training rows "
                       "(flaxdoc.nn.etc_pallas.Tiles' fields in order; default: its defaults; "

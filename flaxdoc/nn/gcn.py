@@ -127,7 +127,8 @@ def check_graph(h: Array, neighbor_ids: Array, neighbor_features: Array, neighbo
 NEIGHBOR_GRADIENT = "scatter_f32"
 NEIGHBOR_GRADIENTS = ("scatter_f32", "scatter")
 # How a layer computes its per-edge part: as XLA arrays, or fused (`flaxdoc.nn.gcn_pallas`),
-# recomputing each edge's GELU in the backward or saving it from the forward.
+# recomputing each edge's GELU in the backward, saving it from the forward, or recomputing
+# it once in the backward and passing `d pre` from the source side to the target side.
 KERNELS = ("xla", "pallas", "pallas_saved", "pallas_dpre")
 
 

@@ -96,13 +96,14 @@ def _pad_nodes(cfg, x):
 def _prepare(cfg, s, n, edges, ids, mask, we, b1, v):
   """The kernels' operands: `s`, `n` as given (already `[B, Lp, Hp]`), the edge arrays
   padded (nodes to whole tiles, slots to `Kp`, `F` to `Fp`) and flattened to rows
-  `node * Kp + slot`, the vectors padded to `Hp`. The bias joins the edge product: each
-  real edge's features get a 1 in column `F`, and `we` gets `b1` in row `F`."""
+  `node * Kp + slot`, the vectors padded to `Hp` (`_prepare_edges`)."""
   return dict(_prepare_edges(cfg, edges, ids, mask, we, b1, v), s=s, n=n)
 
 
 def _prepare_edges(cfg, edges, ids, mask, we, b1, v):
-  """`_prepare` without the node parts (all the saved backward needs)."""
+  """`_prepare` without the node parts (all the saved backward needs). The bias joins the
+  edge product: each real edge's features get a 1 in column `F`, and `we` gets `b1` in
+  row `F`."""
   batch = edges.shape[0]
   lp, kp, fp, hp = cfg.padded_nodes, cfg.padded_slots, cfg.padded_features, cfg.padded_hidden
   dl, dk, df, dh = lp - cfg.nodes, kp - cfg.slots, fp - cfg.features, hp - cfg.hidden
@@ -208,8 +209,8 @@ def _source_grads(cfg, x, a, ds, dp):
                 sp["we"], sp["chunk"], sp["edge_tile"], sp["edge_tile"], sp["node_tile"]],
                _source_out_specs(cfg) + [sp["edge_rows"]] * cfg.write_d_pre,
                _source_out_shapes(cfg, batch, x["s"].dtype) + d_pre * cfg.write_d_pre,
-               "gcn_backward_source_writing" if cfg.write_d_pre else "gcn_backward_source")(x["s"], x["n"], x["tgt"], x["e"], x["we"],
-                                      x["v"], a, ds, dp)
+               "gcn_backward_source_writing" if cfg.write_d_pre else "gcn_backward_source")(
+                   x["s"], x["n"], x["tgt"], x["e"], x["we"], x["v"], a, ds, dp)
 
 
 def _by_target(cfg, x):
@@ -396,7 +397,9 @@ def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
     neighbor_ids: int `[B, L, K]`: any value where `neighbor_mask` is False; valid ids
       outside `[0, L)` are clamped into it, as XLA's gather clamps them.
     neighbor_mask: bool `[B, L, K]`.
-    edge_kernel: `[F, H]`; bias, score_vector: `[H]`.
+    edge_kernel: `[F, H]`; bias, score_vector: `[H]`. The bias is added in the edge
+      product, so with bfloat16 node parts it enters as bfloat16, as the edge kernel does
+      (`GCNLayer` computes in its dtype: its bias is bfloat16 there anyway).
     tiles: `Tiles` (default `DEFAULT_TILES`).
     save_activations: when differentiated, the forward keeps every edge's GELU output and
       slope (two `[B, Lp * Kp, Hp]` arrays in `from_self`'s dtype: `L`, `K` and `H`

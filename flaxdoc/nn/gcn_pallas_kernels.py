@@ -57,7 +57,7 @@ class Config:
   interpret: bool
   bf16: bool  # the inputs are bfloat16: dots take bfloat16 operands (float32 accumulation)
   save_activations: bool = False  # the forward keeps x and gelu'(pre) for the backward
-  write_d_pre: bool = False  # recomputing: the source-side backward writes d pre for the target side
+  write_d_pre: bool = False  # recomputing: the source side writes d pre for the target side
 
   @property
   def padded_slots(self) -> int:  # Kp: whole edge rows per node, a power of two
@@ -201,8 +201,7 @@ def _pre(cfg, s_rows, n_ref, tgt, e_rows, we_ref):
 
 
 # --------------------------------------------------------------------------- node-tile kernels
-def edge_dot_kernel(cfg, per_node_u, s_ref, n_ref, tgt_ref, e_ref, we_ref, u_ref,
-                    out_ref):
+def edge_dot_kernel(cfg, per_node_u, s_ref, n_ref, tgt_ref, e_ref, we_ref, u_ref, out_ref):
   """`out[e] = sum_h x[e, h] u[h]` over this chunk: `u` the score vector (forward), or the
   pooled gradient of the edge's source node (`per_node_u`, backward)."""
   s_rows = _per_edge(cfg, s_ref[...].astype(F32))
