@@ -175,24 +175,27 @@ def test_values_and_gradients_match_the_reference(tiles, save):
   assert not np.asarray(weights)[0, 3].any() and not np.asarray(pooled)[0, 3].any()
 
 
-def test_writing_d_pre_gives_the_recomputing_gradients_bit_for_bit():
+@pytest.mark.parametrize("dtype", [
+    jnp.bfloat16,  # the form it is for
+    pytest.param(jnp.float32, marks=pytest.mark.slow)])  # for the 15-minute budget
+def test_writing_d_pre_gives_the_recomputing_gradients_bit_for_bit(dtype):
   """`write_d_pre`: the target side sums the `d pre` the source side wrote instead of
   recomputing it; the recomputed values are the written ones, so every gradient is the
-  recomputing form's, and against the reference as those are (in bfloat16 too)."""
+  recomputing form's (and, in float32, the reference's as those are)."""
   p = problem(seed=10, b=1, nodes=21, k=4, f=6, h=40)
   rng = np.random.default_rng(11)
   cots = (jnp.asarray(rng.normal(size=p["s"].shape), jnp.float32),
           jnp.asarray(rng.normal(size=p["mask"].shape), jnp.float32))
-  for dtype in (jnp.float32, jnp.bfloat16):
-    q = dict(p, s=p["s"].astype(dtype), n=p["n"].astype(dtype))
-    written = grads(fused(write_d_pre=True), q, cots)
-    for name, g, w in zip(DIFF, written, grads(fused(), q, cots)):
-      np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32),
-                                    err_msg=f"{name} {dtype}")
+  tiles = gp.Tiles(block_nodes=8, block_hidden=64, block_edges=16)  # few programs: quick
+  q = dict(p, s=p["s"].astype(dtype), n=p["n"].astype(dtype))
+  written = grads(fused(tiles, write_d_pre=True), q, cots)
   want = grads(reference, p, cots)
-  for name, g, w in zip(DIFF, grads(fused(write_d_pre=True), p, cots), want):
-    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=0,
-                               atol=2e-5 * max(float(jnp.abs(w).max()), 1e-6), err_msg=name)
+  for name, g, w, r in zip(DIFF, written, grads(fused(tiles), q, cots), want):
+    np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32),
+                                  err_msg=name)
+    if dtype == jnp.float32:
+      np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=0,
+                                 atol=2e-5 * max(float(jnp.abs(r).max()), 1e-6), err_msg=name)
 
 
 @pytest.mark.parametrize("save", [
@@ -231,15 +234,19 @@ def test_hub_single_node_and_formnet_slots(shape):
                           zero=("v",) if shape["k"] == 1 else ())
 
 
-def test_the_bias_column_when_the_features_fill_a_power_of_two():
+@pytest.mark.parametrize("run", [
+    False,
+    pytest.param(True, marks=pytest.mark.slow)])  # the kernels at F = 16: 15 s interpreted
+def test_the_bias_column_when_the_features_fill_a_power_of_two(run):
   """The bias rides in the edge product as a column of ones after the `F` features: with
-  15 features it is the 16th column (checked in the `message_attention` test), with 16
-  the padding grows to 32."""
+  15 features it is the 16th column (the `message_attention` test runs that), with 16 the
+  padding grows to 32."""
   def padded(f):
     return gk.Config(nodes=9, slots=3, features=f, hidden=20, block_nodes=4, block_hidden=32,
                      block_edges=8, warps=4, interpret=True, bf16=False).padded_features
   assert (padded(11), padded(15), padded(16), padded(31)) == (16, 16, 32, 32)
-  check_against_reference(problem(seed=9, b=1, nodes=9, k=3, f=16, h=20))
+  if run:
+    check_against_reference(problem(seed=9, b=1, nodes=9, k=3, f=16, h=20))
 
 
 def test_valid_ids_out_of_range_are_clamped_as_xla_gathers_them():
