@@ -86,14 +86,14 @@ def training_forward(fn, p):
     # the node products' wiring is the same for both; the saving kernels are checked above
     pytest.param(True, marks=pytest.mark.slow)])
 def test_message_attention_is_attention_pool_of_the_node_products(save):
-  """`message_attention` computes the node parts at the kernels' padded sizes (37 nodes in
-  tiles of 4, 70 features in chunks of 32): values and the gradients of `h` and both node
+  """`message_attention` computes the node parts at the kernels' padded sizes (13 nodes in
+  tiles of 4, 40 features in chunks of 32): values and the gradients of `h` and both node
   kernels against the per-edge reference of `h @ kernel`. 15 edge features: the bias'
   column of ones is the 16th, the last of the padded features."""
-  p = problem(seed=4, f=15)
+  p = problem(seed=4, b=1, nodes=13, k=3, f=15, h=40)
   rng = np.random.default_rng(8)
   hs = jnp.asarray(rng.normal(size=p["s"].shape[:2] + (9,)), jnp.float32)
-  ws, wn = (jnp.asarray(rng.normal(size=(9, 70)) * 0.4, jnp.float32) for _ in range(2))
+  ws, wn = (jnp.asarray(rng.normal(size=(9, 40)) * 0.4, jnp.float32) for _ in range(2))
   rest = {k: p[k] for k in ("e", "ids", "mask", "we", "b1", "v")}
   cots = (jnp.asarray(rng.normal(size=p["s"].shape), jnp.float32),
           jnp.asarray(rng.normal(size=p["mask"].shape), jnp.float32))
@@ -182,7 +182,7 @@ def test_writing_d_pre_gives_the_recomputing_gradients_bit_for_bit(dtype):
   """`write_d_pre`: the target side sums the `d pre` the source side wrote instead of
   recomputing it; the recomputed values are the written ones, so every gradient is the
   recomputing form's (and, in float32, the reference's as those are)."""
-  p = problem(seed=10, b=1, nodes=21, k=4, f=6, h=40)
+  p = problem(seed=10, b=1, nodes=13, k=3, f=6, h=40)
   rng = np.random.default_rng(11)
   cots = (jnp.asarray(rng.normal(size=p["s"].shape), jnp.float32),
           jnp.asarray(rng.normal(size=p["mask"].shape), jnp.float32))
