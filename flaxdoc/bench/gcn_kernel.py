@@ -117,7 +117,8 @@ def main(argv=None) -> int:
   ap.add_argument("--graph", default="local", choices=["local", "random"])
   ap.add_argument("--kernels", nargs="+", default=["pallas", "pallas_saved"],
                   choices=["pallas", "pallas_saved", "pallas_dpre"],
-                  help="the fused forms: GELU recomputed in the backward, or saved")
+                  help="the fused forms: GELU recomputed in the backward, saved, or "
+                       "recomputed once with d pre passed to the target side")
   a = ap.parse_args(argv)
   from flaxdoc.nn import gcn_pallas  # pylint: disable=import-outside-toplevel
   p = LOCAL if a.local else Problem(batch=a.batch, length=a.length)

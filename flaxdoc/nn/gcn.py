@@ -39,7 +39,9 @@ instead of `O(L * K * (F + E) * H)`.
 pooled sum) and its gradient in fused Pallas kernels that never write a `[B, L, K, H]`
 array (`flaxdoc.nn.gcn_pallas`; GPUs, or Pallas' interpreter elsewhere);
 `kernel="pallas_saved"` the same, keeping each edge's GELU output and slope for the
-backward instead of recomputing them (more memory, four fewer GELU passes). Same
+backward instead of recomputing them (more memory, four fewer GELU passes);
+`kernel="pallas_dpre"` recomputing, but passing each edge's `d pre` from the backward's
+source side to its target side (one GELU pass fewer, one array within the backward). Same
 parameters, so checkpoints do not depend on it.
 
 `SuperTokenEncoder` builds the node input (token embedding concatenated with the six
@@ -178,8 +180,9 @@ class GCNLayer(nn.Module):
     hidden_features: width of the message MLP's hidden layer (None: the node width).
     dropout_rate: dropout on the pooled hidden vector `sum_l a_kl x_kl` during training.
     layer_norm_epsilon: epsilon of the output LayerNorm.
-    kernel: "xla" (default), "pallas" or "pallas_saved": the per-edge part in the fused
-      kernels of `flaxdoc.nn.gcn_pallas` (GPU; the Pallas interpreter elsewhere, slow).
+    kernel: "xla" (default), "pallas", "pallas_saved" or "pallas_dpre": the per-edge part
+      in the fused kernels of `flaxdoc.nn.gcn_pallas` (GPU; the Pallas interpreter
+      elsewhere, slow).
       The edge features get no gradient there (they are data), and the score's constant
       `b2 . w`, which a softmax does not see, is left out. "pallas" keeps nothing per
       edge for the backward and evaluates each edge's GELU five times a step;

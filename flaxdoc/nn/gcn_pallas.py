@@ -15,7 +15,7 @@ Forward: one kernel for the scores (per chunk of `H`, summed after), a softmax o
 `K` in XLA (`[B, L, K]`, tiny), one kernel for the pooled vectors. Backward: one kernel
 for `d a` (as the scores, with the pooled gradient in place of `v`), the softmax's
 backward in XLA, one kernel per *source* node tile (`d S`, and partial sums of `d v`
-and `d We`) and one per *target* node tile (`d N`). The last is the gather's transpose,
+and `d [We; b1]`) and one per *target* node tile (`d N`). The last is the gather's transpose,
 a scatter-add; it runs without atomics: XLA sorts a row's edges by target once, and each
 target tile sums its in-edges with a one-hot matrix product.
 
@@ -410,8 +410,10 @@ def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
       writes every edge row's `d pre` (a `[B, Lp * Kp, Hp]` array in `from_self`'s dtype,
       alive only during this backward) and the target side sums it instead of evaluating
       GELU again: four evaluations an element a step instead of five, for that array's
-      write and read. The same values: the target side's product takes `d pre` in the
-      inputs' dtype either way. (Implied by `save_activations`.)
+      write and read. The same values up to the last bits (bit for bit in Pallas'
+      interpreter; on a GPU the two kernels compute `d pre` in differently compiled code):
+      the target side's product takes `d pre` in the inputs' dtype either way. (Implied
+      by `save_activations`.)
     interpret: run the Pallas interpreter (default: when the backend is not a GPU).
 
   Returns:

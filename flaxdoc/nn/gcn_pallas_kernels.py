@@ -12,8 +12,9 @@ recomputes the message MLP's pre-activation from per-node vectors,
 
 (`S`: the self part of the first layer, `N`: its neighbour part, both `[Lp, Hp]` per
 row; `E`: the edge features; `We`: the first layer's edge rows), so nothing `[L, K, H]`
-is ever written to memory. The bias rides in the edge product: the edge rows carry a
-column of ones in their padding to `Fp` and the kernel matrix `b1` in that row, so no
+is ever written to memory. The bias rides in the edge product: each real edge's row
+carries a 1 in its padding to `Fp` (masked and padded rows are all zero) and the kernel
+matrix `b1` in that row, so no
 kernel adds it, and the backward's `d We` product gives `d b1` in that row. `Config`
 carries the static sizes.
 

@@ -83,7 +83,7 @@ def training_forward(fn, p):
 
 @pytest.mark.parametrize("save", [
     False,
-    # the node products' wiring is the same for both; the saving kernels are checked above
+    # the node products' wiring is the same for both; the saving kernels are checked below
     pytest.param(True, marks=pytest.mark.slow)])
 def test_message_attention_is_attention_pool_of_the_node_products(save):
   """`message_attention` computes the node parts at the kernels' padded sizes (13 nodes in
@@ -312,7 +312,8 @@ def layer_inputs(seed=0, b=2, nodes=20, k=4, width=16, f=6):
     # checked against the per-edge reference above. `pallas` (the one the README recommends)
     # in the default run, `pallas_saved` in the slow set, for the 15-minute budget.
     "pallas",
-    pytest.param("pallas_saved", marks=pytest.mark.slow)])
+    pytest.param("pallas_saved", marks=pytest.mark.slow),
+    pytest.param("pallas_dpre", marks=pytest.mark.slow)])
 def test_layer_kernels_share_parameters_and_agree(kernel):
   h, ids, feats, mask, node_mask = layer_inputs()
   hidden = 2 * h.shape[-1] + feats.shape[-1]
