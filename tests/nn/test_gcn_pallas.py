@@ -218,7 +218,9 @@ def test_every_slot_valid_and_the_last_step_reading_past_the_edges(save):
 
 
 @pytest.mark.parametrize("shape", [
-    dict(b=1, nodes=24, k=3, f=4, h=20),  # with every id 5 below: one hub takes all edges
+    # with every id 5 below: one hub takes all edges (many in-edge steps into one tile; the
+    # default run has several steps a tile in the tests above): slow, for the budget
+    pytest.param(dict(b=1, nodes=24, k=3, f=4, h=20), marks=pytest.mark.slow),
     dict(b=1, nodes=1, k=1, f=3, h=8),  # one node, one slot (its own neighbour)
     # FormNet's 8 slots and 12 features with the default tiles (the layer test has them too)
     pytest.param(dict(b=1, nodes=40, k=8, f=12, h=50), marks=pytest.mark.slow),
@@ -341,6 +343,9 @@ def test_layer_kernels_share_parameters_and_agree(kernel):
                                err_msg=f"{kernel} {jax.tree_util.keystr(path)}")
 
 
+# The encoder's wiring also runs in tests/models/test_kernel_tiles.py (FormNet with
+# gcn_kernel="pallas" through it); here in the slow set, for the 15-minute budget.
+@pytest.mark.slow
 def test_super_token_encoder_passes_the_kernel_on():
   h, ids, feats, mask, node_mask = layer_inputs(nodes=10)
   boxes = np.tile(np.array([10, 20, 30, 40], np.float32), h.shape[:2] + (1,))
