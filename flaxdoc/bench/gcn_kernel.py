@@ -97,7 +97,7 @@ def make(p: Problem, dtype: str):
   params = nn.unbox(gcn.GCNLayer(hidden_features=hidden).init(
       jax.random.key(1), h[:1].astype(jnp.float32), ids[:1], feats[:1], mask[:1])["params"])
   cotangent = jax.random.normal(jax.random.key(2), (b, n, e), jnp.float32)
-  fused = {k: functools.partial(layer, k) for k in gcn.KERNELS if k != "xla"}
+  fused = {k: functools.partial(layer, k) for k in gcn.FUSED_KERNELS}
   return (h, params), layer("xla"), fused, cotangent
 
 

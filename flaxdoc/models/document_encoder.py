@@ -45,6 +45,7 @@ from flaxdoc.nn.embeddings import POSITION_1D_KINDS, POSITION_2D_KINDS, Embeddin
 from flaxdoc.nn import etc_pallas, gcn_pallas
 from flaxdoc.nn.encoder import Encoder
 from flaxdoc.nn.etc_attention import EtcAttention, with_global_tokens
+from flaxdoc.nn.gcn import FUSED_KERNELS as GCN_FUSED_KERNELS
 from flaxdoc.nn.gcn import KERNELS as GCN_KERNELS
 from flaxdoc.nn.gcn import MESSAGE_HIDDEN, SuperTokenEncoder
 from flaxdoc.nn.heads import LOCAL_ORDER_CLASSES, LocalOrderHead, MLMHead, TaggingHead
@@ -255,8 +256,7 @@ class EncoderSpec:
         bad("etc_kernel", "the fused kernel takes Rich Attention as its only layout term "
             "(polar, gaussian and fixed_bias need etc_kernel='xla')")
     for field, kernel, fused in (("etc_tiles", "etc_kernel", ("pallas",)),
-                                 ("gcn_tiles", "gcn_kernel", ("pallas", "pallas_saved",
-                                                              "pallas_dpre"))):
+                                 ("gcn_tiles", "gcn_kernel", GCN_FUSED_KERNELS)):
       if getattr(self, field) and getattr(self, kernel) not in fused:
         bad(field, f"tiles are for the fused kernels ({kernel} in {fused}), not "
             f"{kernel}={getattr(self, kernel)!r}")

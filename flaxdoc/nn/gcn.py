@@ -131,7 +131,8 @@ NEIGHBOR_GRADIENTS = ("scatter_f32", "scatter")
 # How a layer computes its per-edge part: as XLA arrays, or fused (`flaxdoc.nn.gcn_pallas`),
 # recomputing each edge's GELU in the backward, saving it from the forward, or recomputing
 # it once in the backward and passing `d pre` from the source side to the target side.
-KERNELS = ("xla", "pallas", "pallas_saved", "pallas_dpre")
+FUSED_KERNELS = ("pallas", "pallas_saved", "pallas_dpre")
+KERNELS = ("xla",) + FUSED_KERNELS
 
 
 def gather_neighbors(x: Array, ids: Array) -> Array:

@@ -14,9 +14,8 @@ recomputes the message MLP's pre-activation from per-node vectors,
 row; `E`: the edge features; `We`: the first layer's edge rows), so nothing `[L, K, H]`
 is ever written to memory. The bias rides in the edge product: each real edge's row
 carries a 1 in its padding to `Fp` (masked and padded rows are all zero) and the kernel
-matrix `b1` in that row, so no
-kernel adds it, and the backward's `d We` product gives `d b1` in that row. `Config`
-carries the static sizes.
+matrix `b1` in that row, so no kernel adds it, and the backward's `d We` product gives
+`d b1` in that row. `Config` carries the static sizes.
 
 With `Config.save_activations` (`GCNLayer(kernel="pallas_saved")`) the forward's scores
 kernel also writes each edge row's `x` and GELU slope `gelu'(pre)` in the inputs' dtype,
