@@ -279,20 +279,22 @@ def etc_passes(tiles, length: int = 1024, heads: int = 12, radius: int = 84,
   """Passes of each ETC kernel's key-tile loop over one layer of `batch` rows: the query
   tiles times the key tiles of their windows (forward, `dq`), and for `dk, dv` the
   query tiles that see each key tile. Taller tiles cover more keys outside the band."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
   from flaxdoc.nn import etc_pallas_kernels as ek  # pylint: disable=import-outside-toplevel
   cfg = ek.Config(radius=radius, length=length, num_globals=1, num_axes=2, dropout_rate=0.1,
                   block_q=tiles.block_q, block_k=tiles.block_k, warps=tiles.warps,
                   interpret=False, backward_tiles=(tiles.backward_block_q,
                                                    tiles.backward_block_k, tiles.backward_warps))
   bwd = cfg.backward()
-  dkv = 0
-  for j0 in range(0, bwd.padded_k, bwd.block_k):  # as dkv_kernel's lo / hi
-    lo = max(j0 - 2 * radius, 0) // bwd.block_q
-    hi = min((j0 + bwd.block_k - 1) // bwd.block_q, bwd.q_tiles - 1) + 1
-    dkv += max(hi - lo, 0)
+
+  def key_passes(c):  # as forward_kernel's and dq_kernel's key loops
+    return sum(int(c.key_window(i0, np)[1]) for i0 in range(0, c.padded_q, c.block_q))
+
+  dkv = sum(int(bwd.query_window(j0, np)[1])  # as dkv_kernel's query loop
+            for j0 in range(0, bwd.padded_k, bwd.block_k))
   rows = batch * heads
-  return {"etc_rich_forward": rows * cfg.q_tiles * cfg.key_tiles,
-          "etc_rich_backward_dq": rows * bwd.q_tiles * bwd.key_tiles,
+  return {"etc_rich_forward": rows * key_passes(cfg),
+          "etc_rich_backward_dq": rows * key_passes(bwd),
           "etc_rich_backward_dkv": rows * dkv}
 
 

@@ -49,17 +49,14 @@ from jax.experimental import pallas as pl
 from flaxdoc.nn import batch_parallel
 from flaxdoc.nn import etc_pallas_kernels as kernels
 # Re-exported: the tests build references with the same dropout hash.
-from flaxdoc.nn.etc_pallas_kernels import GLOBAL_KEY_ID, Config, dropout_keep
+from flaxdoc.nn.etc_pallas_kernels import (GLOBAL_KEY_ID, INVALID_KEY, INVALID_QUERY, Config,
+                                           dropout_keep)
 
 __all__ = ["DEFAULT_TILES", "GLOBAL_KEY_ID", "INVALID_KEY", "INVALID_QUERY", "Config", "Tiles",
            "dropout_keep", "long_query_attention"]
 
 Array = jax.Array
 F32 = jnp.float32
-# The kernels see one int per token: its document id, or one of these for an invalid
-# query / key (so they never match). Document ids may be any other int32.
-INVALID_QUERY = -(2 ** 31)
-INVALID_KEY = -(2 ** 31) + 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,13 +122,22 @@ def _call(cfg, kernel, grid, in_specs, out_specs, out_shape, name):
                         name=name, **kwargs)
 
 
+def _pad_right(x, axis, extra, value=0):
+  """`x` with `extra` entries of `value` after the end of `axis` (`x` itself for none:
+  not even a no-op pad in the lowered module)."""
+  if not extra:
+    return x
+  return jnp.pad(x, [(0, extra) if d == axis else (0, 0) for d in range(x.ndim)],
+                 constant_values=value)
+
+
 def _prepare(cfg, q, k, v, kg, vg, oq, ok, dq, dk, theta, coords, long_doc, global_doc):
-  """Pads everything to the kernels' layout (zeros / invalid documents in the padding)."""
-  n, nq, lk, r = cfg.length, cfg.padded_q, cfg.padded_k, cfg.radius
-  pad_q = lambda x, axis: jnp.pad(x, [(0, nq - n) if d == axis else (0, 0)  # noqa: E731
-                                      for d in range(x.ndim)])
-  pad_k = lambda x, axis: jnp.pad(x, [(r, lk - r - n) if d == axis else (0, 0)  # noqa: E731
-                                      for d in range(x.ndim)])
+  """Pads everything to the kernels' layout (zeros / invalid documents in the padding):
+  queries and keys to whole tiles, on the right, which is nothing at lengths that are
+  multiples of the tiles (then `q`, `k`, `v` reach the kernels uncopied)."""
+  n, nq, lk = cfg.length, cfg.padded_q, cfg.padded_k
+  pad_q = lambda x, axis: _pad_right(x, axis, nq - n)  # noqa: E731
+  pad_k = lambda x, axis: _pad_right(x, axis, lk - n)  # noqa: E731
   batch, heads = q.shape[0], q.shape[2]
   g, gp, a, ap = cfg.num_globals, cfg.padded_g, cfg.num_axes, cfg.padded_a
   pad_g = lambda x: jnp.pad(x, [(0, 0), (0, gp - g)] + [(0, 0)] * (x.ndim - 2))  # noqa: E731
@@ -151,8 +157,8 @@ def _prepare(cfg, q, k, v, kg, vg, oq, ok, dq, dk, theta, coords, long_doc, glob
     th = jnp.zeros((heads, ap), F32)
   return dict(
       q=pad_q(q, 1), k=pad_k(k, 1), v=pad_k(v, 1), kg=pad_g(kg), vg=pad_g(vg.astype(v.dtype)),
-      qdoc=jnp.pad(query_doc, [(0, 0), (0, nq - n)], constant_values=INVALID_QUERY),
-      kdoc=jnp.pad(key_doc, [(0, 0), (r, lk - r - n)], constant_values=INVALID_KEY),
+      qdoc=_pad_right(query_doc, 1, nq - n, INVALID_QUERY),
+      kdoc=_pad_right(key_doc, 1, lk - n, INVALID_KEY),
       gdoc=jnp.pad(global_doc, [(0, 0), (0, gp - g)], constant_values=INVALID_KEY),
       oq=oq_, ok=ok_, dq=dq_, dk=dk_, cq=cq, ck=ck, theta=th)
 
@@ -177,7 +183,7 @@ def _forward(cfg, seed, x):
 def _backward(cfg, seed, x, o, lse, do):
   batch, _, heads, head_dim = x["q"].shape
   nq, lk, ap, gp, nqt = cfg.padded_q, cfg.padded_k, cfg.padded_a, cfg.padded_g, cfg.q_tiles
-  do = jnp.pad(do, [(0, 0), (0, nq - cfg.length), (0, 0), (0, 0)])
+  do = _pad_right(do, 1, nq - cfg.length)
   delta = jnp.swapaxes(jnp.sum(do.astype(F32) * o.astype(F32), axis=-1), 1, 2)  # [B, H, Nq]
 
   sp = _specs(cfg, head_dim, tiled_q=True)
@@ -238,12 +244,13 @@ def _attend_bwd(cfg, res, do):
   cfg = cfg.backward()  # its own tiles: the padded layout may differ from the forward's
   x = _prepare(cfg, q, k, v, kg, vg, oq, ok, dq, dk, theta, coords, long_doc, global_doc)
   extra = cfg.padded_q - cfg.length
-  o = jnp.pad(o[:, :cfg.length], [(0, 0), (0, extra), (0, 0), (0, 0)])
-  lse = jnp.pad(lse[..., :cfg.length], [(0, 0), (0, 0), (0, extra)])
+  o = _pad_right(o[:, :cfg.length], 1, extra)
+  lse = _pad_right(lse[..., :cfg.length], 2, extra)
   g = _backward(cfg, seed, x, o, lse, do)
-  n, r, a = cfg.length, cfg.radius, cfg.num_axes
+  n, a = cfg.length, cfg.num_axes
+
   def keys(y):  # padded keys -> the N long keys
-    return y[:, r:r + n]
+    return y[:, :n]
 
   def globals_(y, like):  # [B, H, Gp, D] -> [B, G, H, D]
     return jnp.swapaxes(y, 1, 2)[:, :cfg.num_globals].astype(like.dtype)
@@ -252,7 +259,7 @@ def _attend_bwd(cfg, res, do):
     return jnp.swapaxes(y[:, :, :a, :n], -1, -2).astype(like.dtype)
 
   def per_k(y, like):  # [B, H, Ap, Lk] -> [B, H, N, A]
-    return jnp.swapaxes(y[:, :, :a, r:r + n], -1, -2).astype(like.dtype)
+    return jnp.swapaxes(y[:, :, :a, :n], -1, -2).astype(like.dtype)
 
   if a:
     rich = (per_q(g["d_oq"], oq), per_k(g["d_ok"], ok), per_q(g["d_dq"], dq),

@@ -1,9 +1,11 @@
 """The kernel bodies of `flaxdoc.nn.etc_pallas` (forward, and the two backward kernels).
 
 Each runs on one `(batch, head, tile)` grid point with the refs `etc_pallas` lays out:
-long queries padded to whole query tiles, keys padded by `r` on the left so that the
-window of query tile `i0` starts at padded key `i0`, per-axis Rich scalars as rows
+long queries padded to whole query tiles, long keys padded to whole key tiles (on the
+right only, so at the usual lengths, multiples of the tiles, nothing is padded and the
+projections' outputs go to the kernels as they are), per-axis Rich scalars as rows
 `[A, tokens]`, one int per token for its document or `INVALID_QUERY` / `INVALID_KEY`.
+A query tile's key window is clipped to the keys that exist (`Config.key_window`).
 Everything pairwise lives in registers: a `[BQ, BK]` tile of scores, its Rich term, its
 mask and (backward) its gradient; the key-tile backward holds the same tiles transposed,
 `[BK, BQ]`. `Config` carries the static sizes.
@@ -23,6 +25,10 @@ from flaxdoc.nn import pallas_math as pm
 F32 = jnp.float32
 NEG = -1e30  # the max of a row with no key yet; finite, so exp(m_old - m_new) is never NaN
 GLOBAL_KEY_ID = 1 << 30  # key id of global g in the dropout hash: GLOBAL_KEY_ID + g
+# The kernels see one int per token: its document id, or one of these for an invalid
+# query / key (so they never match). Document ids may be any other int32.
+INVALID_QUERY = -(2 ** 31)
+INVALID_KEY = -(2 ** 31) + 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,9 +62,32 @@ class Config:
     return -(-(self.block_q + 2 * self.radius) // self.block_k)
 
   @property
-  def padded_k(self) -> int:  # r zero keys on the left, enough on the right for the last window
-    last = self.padded_q - self.block_q + self.key_tiles * self.block_k
-    return -(-last // self.block_k) * self.block_k  # whole key tiles (the dk/dv grid)
+  def padded_k(self) -> int:  # long keys padded to whole key tiles (the dk/dv grid)
+    return -(-self.length // self.block_k) * self.block_k
+
+  def key_window(self, i0, lib=jnp):
+    """`(first key, key tiles)` of query tile `i0`: its window `[i0 - r, i0 + BQ - 1 + r]`
+    clipped to the padded keys. Clipping instead of padding `r` keys on each side: no
+    copy of `k` / `v` around the kernels, and edge tiles visit fewer keys. `lib`: `jnp`
+    in a kernel, `numpy` where `bench.kernel_sass` counts passes."""
+    return _window(i0 - self.radius, i0 + self.block_q - 1 + self.radius, self.padded_k,
+                   self.block_k, lib)
+
+  def query_window(self, j0, lib=jnp):
+    """`(first query, query tiles)` that see key tile `j0`: queries in `[j0 - r, j0 + BK - 1
+    + r]`, clipped to the padded queries. Tiled from the window's first query, not on the
+    forward's query grid: 13 tiles of 16 for FormNet's 200-query windows, where the grid
+    would need 14 (r = 84 is 4 mod 16)."""
+    return _window(j0 - self.radius, j0 + self.block_k - 1 + self.radius, self.padded_q,
+                   self.block_q, lib)
+
+  def clamp_key_tile(self, first, t):
+    """`(start, fresh)` of tile `t` of a key window from `first` (`_clamp_tile`)."""
+    return _clamp_tile(first, t, self.padded_k, self.block_k)
+
+  def clamp_query_tile(self, first, t):
+    """`(start, fresh)` of tile `t` of a query window from `first` (`_clamp_tile`)."""
+    return _clamp_tile(first, t, self.padded_q, self.block_q)
 
   @property
   def padded_g(self) -> int:  # Triton's dots want >= 16 rows
@@ -67,6 +96,23 @@ class Config:
   @property
   def padded_a(self) -> int:
     return max(1, int(pl.next_power_of_2(max(self.num_axes, 1))))
+
+
+def _window(lo, hi, size, block, lib):
+  """`(first, tiles)`: tiles of `block` from `first` covering `[lo, hi]` clipped to
+  `[0, size)` (0 tiles when nothing is left)."""
+  first = lib.maximum(lo, 0)
+  return first, (lib.minimum(hi, size - 1) - first) // block + 1
+
+
+def _clamp_tile(first, t, size, block):
+  """`(start, fresh)`: where tile `t` of a window from `first` is loaded, and a `[block]`
+  mask of its rows that tile `t - 1` has not visited. A window's last tile may reach past
+  the array; it is moved back to end at `size` (a multiple of `block`), so no load ever
+  leaves the array, and the rows it shares with the tile before are masked out."""
+  nominal = first + t * block
+  start = jnp.minimum(nominal, size - block)
+  return start, start + jnp.arange(block) >= nominal
 
 
 # --------------------------------------------------------------------------- pairwise pieces
@@ -137,6 +183,12 @@ def _q_side(cfg, oq_ref, dq_ref, cq_ref, at):
   return [(oq_ref[a, at], dq_ref[a, at], cq_ref[a, at]) for a in range(cfg.num_axes)]
 
 
+def _key_doc(kdoc_ref, at, fresh):
+  """The key tile's documents, with keys an earlier tile visited made invalid (a `[BK]`
+  select, cheaper than masking the `[BQ, BK]` pairs)."""
+  return jnp.where(fresh, kdoc_ref[at], INVALID_KEY)
+
+
 # --------------------------------------------------------------------------- forward
 def forward_kernel(cfg, seed_ref, q_ref, k_ref, v_ref, kg_ref, vg_ref, qdoc_ref, kdoc_ref,
                     gdoc_ref, oq_ref, okk_ref, dq_ref, dk_ref, cq_ref, ck_ref, theta_ref,
@@ -174,19 +226,21 @@ def forward_kernel(cfg, seed_ref, q_ref, k_ref, v_ref, kg_ref, vg_ref, qdoc_ref,
            jnp.zeros((bq, v_ref.shape[-1]), F32))
   carry = fold(carry, s, valid, vg_ref[...], g_ids)
 
+  first, tiles = cfg.key_window(i0)
+
   def body(t, carry):
-    ks = i0 + t * bk  # padded key position; long index ks - r
+    ks, fresh = cfg.clamp_key_tile(first, t)
     at = pl.ds(ks, bk)
-    kj = ks - r + jnp.arange(bk)
+    kj = ks + jnp.arange(bk)
     s = _dot_t(q, k_ref[at, :]) * scale
     if cfg.num_axes:
       k_side = _q_side(cfg, okk_ref, dk_ref, ck_ref, at)
       s = s + _rich(cfg, q_side, k_side, theta_ref)
     valid = ((jnp.abs(qi[:, None] - kj[None, :]) <= r)
-             & (qdoc[:, None] == kdoc_ref[at][None, :]))
+             & (qdoc[:, None] == _key_doc(kdoc_ref, at, fresh)[None, :]))
     return fold(carry, s, valid, v_ref[at, :], kj)
 
-  m, l, acc = lax.fori_loop(0, cfg.key_tiles, body, carry)
+  m, l, acc = lax.fori_loop(0, tiles, body, carry)
   o_ref[...] = jnp.where(l[:, None] > 0, acc / jnp.where(l > 0, l, 1.0)[:, None],
                          0.0).astype(o_ref.dtype)
   lse_ref[...] = jnp.where(l > 0, m + jnp.log(jnp.where(l > 0, l, 1.0)), 0.0)
@@ -268,15 +322,17 @@ def dq_kernel(cfg, seed_ref, q_ref, k_ref, v_ref, kg_ref, vg_ref, qdoc_ref, kdoc
   zeros = jnp.zeros((bq,), F32)
   rich_acc = tuple((zeros, zeros, zeros) for _ in range(cfg.num_axes))
 
+  first, tiles = cfg.key_window(i0)
+
   def body(t, carry):
     dq, rich_acc = carry
-    ks = i0 + t * bk
+    ks, fresh = cfg.clamp_key_tile(first, t)
     at = pl.ds(ks, bk)
-    kj = ks - r + jnp.arange(bk)
+    kj = ks + jnp.arange(bk)
     k = k_ref[at, :]
     k_side = _q_side(cfg, okk_ref, dk_ref, ck_ref, at) if cfg.num_axes else None
     valid = ((jnp.abs(qi[:, None] - kj[None, :]) <= r)
-             & (qdoc[:, None] == kdoc_ref[at][None, :]))
+             & (qdoc[:, None] == _key_doc(kdoc_ref, at, fresh)[None, :]))
     _, ds, grads = _pair_grads(cfg, seed, bh, qi, kj, q, k, v_ref[at, :], do, lse, delta,
                                q_side, k_side, theta_ref, valid, rich_sum="query")
     dq = dq + _dot(ds.astype(k.dtype), k)
@@ -284,7 +340,7 @@ def dq_kernel(cfg, seed_ref, q_ref, k_ref, v_ref, kg_ref, vg_ref, qdoc_ref, kdoc
                      for accs, gs in zip(rich_acc, grads))
     return dq, rich_acc
 
-  dq, rich_acc = lax.fori_loop(0, cfg.key_tiles, body, (dq, rich_acc))
+  dq, rich_acc = lax.fori_loop(0, tiles, body, (dq, rich_acc))
   dq_out[...] = (dq * scale).astype(dq_out.dtype)
   for a, (d_order, d_dist, d_theta) in enumerate(rich_acc):
     doq_out[a, :] = d_order
@@ -298,26 +354,26 @@ def dkv_kernel(cfg, seed_ref, q_ref, k_ref, v_ref, qdoc_ref, kdoc_ref, oq_ref, o
   b, h, jk = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   bq, bk, r = cfg.block_q, cfg.block_k, cfg.radius
   scale = 1.0 / math.sqrt(q_ref.shape[-1])
-  j0 = jk * bk  # padded key position of the tile; long index j0 - r
-  kj = j0 - r + jnp.arange(bk)
+  j0 = jk * bk
+  kj = j0 + jnp.arange(bk)
   k, v, kdoc = k_ref[...], v_ref[...], kdoc_ref[...]
   k_side = _q_side(cfg, okk_ref, dk_ref, ck_ref, slice(None)) if cfg.num_axes else None
   seed, bh = seed_ref[0], (seed_ref[1] + b) * pl.num_programs(1) + h
-  # Query tiles that can see these keys: long queries [j0 - 2r, j0 + BK - 1].
-  lo = jnp.maximum(j0 - 2 * r, 0) // bq
-  hi = jnp.minimum((j0 + bk - 1) // bq, cfg.q_tiles - 1) + 1
+  first, tiles = cfg.query_window(j0)
   zeros = jnp.zeros((bk,), F32)
   rich_acc = tuple((zeros, zeros) for _ in range(cfg.num_axes))
   acc0 = jnp.zeros((bk, k.shape[-1]), F32)
 
   def body(t, carry):
     dk, dv, rich_acc = carry
-    at = pl.ds(t * bq, bq)
-    qi = t * bq + jnp.arange(bq)
+    qs, fresh = cfg.clamp_query_tile(first, t)
+    at = pl.ds(qs, bq)
+    qi = qs + jnp.arange(bq)
     q, do = q_ref[at, :], do_ref[at, :]
     q_side = _q_side(cfg, oq_ref, dq_ref, cq_ref, at)
+    qdoc = jnp.where(fresh, qdoc_ref[at], INVALID_QUERY)  # rows the tile before visited
     valid = ((jnp.abs(kj[:, None] - qi[None, :]) <= r)
-             & (kdoc[:, None] == qdoc_ref[at][None, :]))  # [BK, BQ]: transposed tiles
+             & (kdoc[:, None] == qdoc[None, :]))  # [BK, BQ]: transposed tiles
     p_dropped, ds, grads = _pair_grads(cfg, seed, bh, qi, kj, q, k, v, do, lse_ref[at],
                                        delta_ref[at], q_side, k_side, theta_ref, valid,
                                        rich_sum="key", transposed=True)
@@ -326,7 +382,7 @@ def dkv_kernel(cfg, seed_ref, q_ref, k_ref, v_ref, qdoc_ref, kdoc_ref, oq_ref, o
     rich_acc = tuple((acc_o + g[0], acc_d + g[1]) for (acc_o, acc_d), g in zip(rich_acc, grads))
     return dk, dv, rich_acc
 
-  dk, dv, rich_acc = lax.fori_loop(lo, hi, body, (acc0, acc0, rich_acc))
+  dk, dv, rich_acc = lax.fori_loop(0, tiles, body, (acc0, acc0, rich_acc))
   dk_out[...] = (dk * scale).astype(dk_out.dtype)
   dv_out[...] = dv.astype(dv_out.dtype)
   for a, (d_order, d_dist) in enumerate(rich_acc):

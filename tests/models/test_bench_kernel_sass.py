@@ -100,26 +100,25 @@ def test_the_etc_kernels_ir_is_captured_with_their_settings():
                                    ep.Tiles(64, 32, 4, 64, 16, 4)])
 def test_loop_passes_per_layer_by_brute_force(tiles):
   """Every (query tile, key tile) pair a kernel visits, counted from the band itself: the
-  forward and `dq` walk the keys `[i0 - r, i0 + BQ - 1 + r]` of each query tile in whole
-  key tiles; `dk, dv` walks the query tiles holding a query within `r` of a key of its tile."""
+  forward and `dq` cover the keys within `r` of a query of each query tile (of the keys
+  there are) in as few whole key tiles as that many keys need; `dk, dv` likewise cover the
+  queries within `r` of each key tile in whole query tiles."""
   n, r, heads, batch = 1024, 84, 12, 16
-  q_tiles = -(-n // tiles.block_q)
-  forward = q_tiles * -(-(tiles.block_q + 2 * r) // tiles.block_k)
-  bq, bk = tiles.backward_block_q, tiles.backward_block_k
-  bq_tiles = -(-n // bq)
-  dq = bq_tiles * -(-(bq + 2 * r) // bk)
-  # dk, dv: a (key tile, query tile) pair is visited when some query of the one is within r
-  # of some key of the other (the intervals' gap), over key tiles from the first window's
-  # start (-r) to the last window's end.
-  dkv = 0
-  for k0 in range(-r, bq_tiles * bq + r, bk):
-    for t in range(bq_tiles):
-      gap = max(0, k0 - (t * bq + bq - 1), t * bq - (k0 + bk - 1))
-      dkv += gap <= r
+
+  def passes(rows, block, other_block):  # tiles of `block` covering each band
+    total = 0
+    for o in range(0, -(-n // other_block) * other_block, other_block):
+      band = {j for j in range(-(-n // block) * block)
+              if any(abs(i - j) <= r for i in range(o, o + other_block))}
+      total += -(-len(band) // block)
+    return rows * total
+
   rows = batch * heads
-  assert ks.etc_passes(tiles) == {"etc_rich_forward": rows * forward,
-                                  "etc_rich_backward_dq": rows * dq,
-                                  "etc_rich_backward_dkv": rows * dkv}
+  bq, bk = tiles.backward_block_q, tiles.backward_block_k
+  assert ks.etc_passes(tiles) == {
+      "etc_rich_forward": passes(rows, tiles.block_k, tiles.block_q),
+      "etc_rich_backward_dq": passes(rows, bk, bq),
+      "etc_rich_backward_dkv": passes(rows, bq, bk)}
 
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,

@@ -336,3 +336,47 @@ def test_lowers_to_triton_for_a_gpu():
   assert results == {"etc_rich_forward": ["bf16", "f32"],
                      "etc_rich_backward_dq": ["bf16"] + ["f32"] * 5,
                      "etc_rich_backward_dkv": ["bf16", "bf16", "f32", "f32"]}
+
+
+@pytest.mark.parametrize("n, r, bq, bk", [(70, 37, 16, 32), (70, 37, 32, 16), (1024, 84, 16, 64),
+                                          (1000, 84, 16, 32), (5, 0, 16, 16), (40, 100, 16, 16)])
+def test_windows_visit_each_needed_row_once(n, r, bq, bk):
+  """The kernels' loops (`Config.key_window` / `query_window` with `clamp_*_tile`), run in
+  Python: the rows they keep (`fresh`) include every key within `r` of a query tile, or
+  every query within `r` of a key tile, that exists in the padded arrays (the radius mask
+  drops the rest), none twice, in as few tiles as those rows need, and every load stays
+  inside the array (the last tile moves back instead of reading past it)."""
+  cfg = ep.Config(radius=r, length=n, num_globals=1, num_axes=0, dropout_rate=0.0,
+                  block_q=bq, block_k=bk, warps=4, interpret=True, backward_tiles=(bq, bk, 4))
+  for starts, block, size, window, clamp, other_block, other_size in (
+      (range(0, cfg.padded_q, bq), bk, cfg.padded_k, cfg.key_window, cfg.clamp_key_tile, bq,
+       cfg.padded_q),
+      (range(0, cfg.padded_k, bk), bq, cfg.padded_q, cfg.query_window, cfg.clamp_query_tile,
+       bk, cfg.padded_k)):
+    assert size % block == 0 and other_size % other_block == 0
+    for o in starts:
+      first, tiles = (int(x) for x in window(o, np))
+      seen = []
+      for t in range(tiles):
+        start, fresh = clamp(first, t)
+        start, fresh = int(start), np.asarray(fresh)
+        assert 0 <= start and start + block <= size
+        seen += [start + i for i in range(block) if fresh[i]]
+      want = [j for j in range(size) if any(abs(i - j) <= r for i in range(o, o + other_block))]
+      assert len(seen) == len(set(seen)) and set(want) <= set(seen), (o, seen, want)
+      assert tiles == -(-len(want) // block), (o, tiles, len(want))
+
+
+def test_no_copy_of_queries_keys_or_values_around_the_kernels():
+  """At a length that is a multiple of the tiles, the layer's long queries, keys and values
+  and their gradients reach and leave the kernels as they are: no pad or slice of a
+  `[B, N, H, D]` array in the lowered forward and backward (before, the keys and values
+  were padded by `r` on both sides, forward and again backward, and `dk`, `dv` cropped)."""
+  grad, args, *_ = kernel_sass.etc_problem(None, length=256, heads=2)
+  text = jax.jit(grad).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+  per_token = re.compile(r"tensor<1x(?:256|\d{3})x2x64x(?:bf16|f32)>")
+  copies = [line.strip()[:120] for line in text.splitlines()
+            if re.search(r"= stablehlo\.(pad|slice|concatenate|dynamic_slice)\b", line)
+            and per_token.search(line)]
+  assert copies == []
+  assert text.count("xla.gpu.triton") == 3
