@@ -182,12 +182,13 @@ def _forward(cfg, seed, x):
 
 def _backward(cfg, seed, x, o, lse, do):
   batch, _, heads, head_dim = x["q"].shape
-  nq, lk, ap, gp, nqt = cfg.padded_q, cfg.padded_k, cfg.padded_a, cfg.padded_g, cfg.q_tiles
+  nq, lk, ap, nqt = cfg.padded_q, cfg.padded_k, cfg.padded_a, cfg.q_tiles
   do = _pad_right(do, 1, nq - cfg.length)
   delta = jnp.swapaxes(jnp.sum(do.astype(F32) * o.astype(F32), axis=-1), 1, 2)  # [B, H, Nq]
 
   sp = _specs(cfg, head_dim, tiled_q=True)
-  tile_parts = pl.BlockSpec((None, None, None, gp, head_dim), lambda b, h, i: (b, h, i, 0, 0))
+  sg = cfg.stored_g
+  tile_parts = pl.BlockSpec((None, None, None, sg, head_dim), lambda b, h, i: (b, h, i, 0, 0))
   dq, d_oq, d_dq, d_theta, dkg, dvg = _call(
       cfg, kernels.dq_kernel, (batch, heads, nqt),
       [sp["seed"], sp["q"], sp["k"], sp["k"], sp["g"], sp["g"], sp["qdoc"], sp["kdoc"],
@@ -198,7 +199,7 @@ def _backward(cfg, seed, x, o, lse, do):
       # anyway (elementwise, so the same values), and bf16 halves their writes.
       [jax.ShapeDtypeStruct((batch, nq, heads, head_dim), x["q"].dtype)]
       + [jax.ShapeDtypeStruct((batch, heads, ap, nq), F32)] * 3
-      + [jax.ShapeDtypeStruct((batch, heads, nqt, gp, head_dim), F32)] * 2,
+      + [jax.ShapeDtypeStruct((batch, heads, nqt, sg, head_dim), F32)] * 2,
       "etc_rich_backward_dq")(
           seed, x["q"], x["k"], x["v"], x["kg"], x["vg"], x["qdoc"], x["kdoc"], x["gdoc"],
           x["oq"], x["ok"], x["dq"], x["dk"], x["cq"], x["ck"], x["theta"], do, lse, delta)
@@ -252,7 +253,7 @@ def _attend_bwd(cfg, res, do):
   def keys(y):  # padded keys -> the N long keys
     return y[:, :n]
 
-  def globals_(y, like):  # [B, H, Gp, D] -> [B, G, H, D]
+  def globals_(y, like):  # [B, H, stored_g, D] -> [B, G, H, D]
     return jnp.swapaxes(y, 1, 2)[:, :cfg.num_globals].astype(like.dtype)
 
   def per_q(y, like):  # [B, H, Ap, Nq] -> [B, H, N, A]

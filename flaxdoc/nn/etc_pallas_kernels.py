@@ -94,6 +94,13 @@ class Config:
     return max(16, int(pl.next_power_of_2(max(self.num_globals, 1))))
 
   @property
+  def stored_g(self) -> int:
+    """Rows of the global keys' `dk` / `dv` partial sums a `dq` program writes: the `G`
+    real ones, as a power of two, not the `Gp >= 16` of the dots (with FormNet's one
+    global, 1 row instead of 16: 3 MB a layer at 16 x 1,024 instead of 50 per array)."""
+    return int(pl.next_power_of_2(max(self.num_globals, 1)))
+
+  @property
   def padded_a(self) -> int:
     return max(1, int(pl.next_power_of_2(max(self.num_axes, 1))))
 
@@ -297,6 +304,19 @@ def _pair_grads(cfg, seed, bh, qi, kj, q, k, v, do, lse, delta, q_side, k_side, 
   return p_dropped, ds, rich
 
 
+def _store_global_rows(cfg, out_ref, weights, rows, scale):
+  """`weights.T @ rows * scale` (`[Gp, BQ] x [BQ, D]`) into `[stored_g, D]`: as a
+  tensor-core product when every row is kept, else only the `G` real rows, each a
+  weighted sum of the tile's rows (no `[Gp, D]` product to take rows from)."""
+  if cfg.stored_g == cfg.padded_g:
+    out_ref[...] = _dot(weights.T.astype(rows.dtype), rows) * scale
+    return
+  cols = jnp.arange(cfg.padded_g)[None, :]
+  for g in range(cfg.num_globals):
+    w = jnp.sum(jnp.where(cols == g, weights, 0.0), axis=1)  # [BQ]: global key g's column
+    out_ref[g, :] = jnp.sum(w[:, None] * rows.astype(F32), axis=0) * scale
+
+
 def dq_kernel(cfg, seed_ref, q_ref, k_ref, v_ref, kg_ref, vg_ref, qdoc_ref, kdoc_ref, gdoc_ref,
                oq_ref, okk_ref, dq_ref, dk_ref, cq_ref, ck_ref, theta_ref, do_ref, lse_ref,
                delta_ref, dq_out, doq_out, ddq_out, dth_out, dkg_out, dvg_out):
@@ -316,8 +336,8 @@ def dq_kernel(cfg, seed_ref, q_ref, k_ref, v_ref, kg_ref, vg_ref, qdoc_ref, kdoc
   g_ids = GLOBAL_KEY_ID + jnp.arange(cfg.padded_g)
   p_dropped, ds, _ = _pair_grads(cfg, seed, bh, qi, g_ids, q, kg, vg, do, lse, delta, q_side,
                                  None, theta_ref, valid)
-  dkg_out[...] = _dot(ds.T.astype(q.dtype), q) * scale
-  dvg_out[...] = _dot(p_dropped.T.astype(do.dtype), do)
+  _store_global_rows(cfg, dkg_out, ds, q, scale)
+  _store_global_rows(cfg, dvg_out, p_dropped, do, 1.0)
   dq = _dot(ds.astype(kg.dtype), kg)
   zeros = jnp.zeros((bq,), F32)
   rich_acc = tuple((zeros, zeros, zeros) for _ in range(cfg.num_axes))

@@ -178,9 +178,10 @@ def test_matches_the_xla_blocked_path_with_the_rich_term():
   np.testing.assert_allclose(np.asarray(out), np.asarray(xla), rtol=2e-5, atol=2e-5)
 
 
-@pytest.mark.slow
-def test_without_rich_or_documents_and_one_global():
-  p = problem(b=1, n=40, g=1)
+@pytest.mark.parametrize("g", [pytest.param(1, marks=pytest.mark.slow), 16])
+def test_without_rich_or_documents_and_one_or_sixteen_globals(g):
+  # 1 global: its dk / dv partial sums are written as one row; 16: as the whole tile.
+  p = problem(b=1, n=40, g=g)
   out, grads = value_and_grads(kernel_fn(p, 5, MIXED, docs=False, use_rich=False), p)
   ref_out, ref_grads = value_and_grads(reference_fn(p, 5, docs=False, use_rich=False), p)
   assert_tree_close(out, ref_out)
@@ -380,3 +381,6 @@ def test_no_copy_of_queries_keys_or_values_around_the_kernels():
             and per_token.search(line)]
   assert copies == []
   assert text.count("xla.gpu.triton") == 3
+  # The one global key's dk / dv partial sums per query tile: one row each, not 16.
+  dq_call = next(line for line in text.splitlines() if "etc_rich_backward_dq" in line)
+  assert len(re.findall(r"tensor<1x2x16x1x64xf32>", dq_call.rsplit("->", 1)[-1])) == 2
