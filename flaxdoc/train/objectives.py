@@ -9,7 +9,63 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import optax
+
+
+@jax.custom_vjp
+def log_softmax_pieces(logits: jax.Array, labels: jax.Array
+                       ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """`(logsumexp, the label's logit, the largest logit)` over the last axis, float32 `[...]`.
+
+  Cross-entropy is `logsumexp - picked`, and the label is the argmax (up to ties) when
+  `picked >= largest`. Written out instead of `optax.softmax_cross_entropy_with_integer_labels`
+  for the MLM head's sake: there the logits are `[B, P, 119,547]` (1.8 GB in float32 at
+  FormNet-A2's pre-training batch), and optax's `take_along_axis` differentiates into a
+  scatter-add that writes a float32 array of that size, which a pad to the padded
+  vocabulary then reads again. Here the backward is one elementwise pass over the logits
+  in their own dtype, `g_lse softmax + g_picked onehot`, which XLA fuses with what
+  follows (H100, deviceless compile of the step: README, Accelerators, session 11).
+  """
+  return _pieces_fwd(logits, labels)[0]
+
+
+def _pieces_fwd(logits, labels):
+  x = logits.astype(jnp.float32)
+  largest = jnp.max(x, axis=-1)
+  lse = largest + jnp.log(jnp.sum(jnp.exp(x - largest[..., None]), axis=-1))
+  onehot = jnp.arange(x.shape[-1]) == labels[..., None]
+  picked = jnp.sum(jnp.where(onehot, x, 0.0), axis=-1)
+  return (lse, picked, largest), (logits, labels, lse)
+
+
+def _pieces_bwd(res, grads):
+  logits, labels, lse = res
+  g_lse, g_picked, _ = grads  # the largest logit is a statistic: no gradient
+  x = logits.astype(jnp.float32)
+  onehot = jnp.arange(x.shape[-1]) == labels[..., None]
+  d = g_lse[..., None] * jnp.exp(x - lse[..., None]) + jnp.where(onehot, g_picked[..., None], 0.0)
+  return d.astype(logits.dtype), None
+
+
+log_softmax_pieces.defvjp(_pieces_fwd, _pieces_bwd)
+
+
+def weighted_cross_entropy_and_accuracy(logits: jax.Array, targets: jax.Array,
+                                        weights: jax.Array | None = None
+                                        ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """`(mean loss, total weight, accuracy)`, as `weighted_cross_entropy` and `accuracy`,
+  from one pass over the logits (a target counts as hit when no logit beats it; `accuracy`'s
+  argmax differs only on exact ties)."""
+  valid = targets >= 0  # [...]
+  w = valid.astype(jnp.float32)
+  if weights is not None:
+    w = w * weights.astype(jnp.float32)
+  safe = jnp.where(valid, targets, 0)
+  lse, picked, largest = log_softmax_pieces(logits, safe)
+  ce = lse - picked  # [...]
+  total = jnp.sum(w)
+  hits = jax.lax.stop_gradient((picked >= largest) & valid)
+  acc = jnp.sum(hits) / jnp.maximum(jnp.sum(valid), 1)
+  return jnp.sum(ce * w) / jnp.maximum(total, 1e-8), total, acc
 
 
 def weighted_cross_entropy(logits: jax.Array, targets: jax.Array, weights: jax.Array | None = None
@@ -23,14 +79,8 @@ def weighted_cross_entropy(logits: jax.Array, targets: jax.Array, weights: jax.A
   Returns:
     (mean loss, total weight).
   """
-  valid = targets >= 0  # [...]
-  w = valid.astype(jnp.float32)
-  if weights is not None:
-    w = w * weights.astype(jnp.float32)
-  safe = jnp.where(valid, targets, 0)
-  ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), safe)  # [...]
-  total = jnp.sum(w)
-  return jnp.sum(ce * w) / jnp.maximum(total, 1e-8), total
+  loss, total, _ = weighted_cross_entropy_and_accuracy(logits, targets, weights)
+  return loss, total
 
 
 def accuracy(logits: jax.Array, targets: jax.Array) -> jax.Array:
@@ -61,10 +111,9 @@ def pretraining_loss(outputs: dict, batch: dict, *, lop_weight: float = 0.5) -> 
     mlm_targets = jnp.take_along_axis(mlm_targets, positions, axis=1)  # [B, P]
     mlm_weights = jnp.take_along_axis(mlm_weights, positions, axis=1)  # [B, P]
     aux["train/mlm_dropped"] = jnp.sum(outputs["mlm_dropped"])
-  mlm, mlm_w = weighted_cross_entropy(outputs["mlm_logits"], mlm_targets, mlm_weights)
-  aux.update({"train/mlm_loss": mlm,
-              "train/mlm_accuracy": accuracy(outputs["mlm_logits"], mlm_targets),
-              "train/tokens": mlm_w})
+  mlm, mlm_w, mlm_acc = weighted_cross_entropy_and_accuracy(outputs["mlm_logits"], mlm_targets,
+                                                            mlm_weights)
+  aux.update({"train/mlm_loss": mlm, "train/mlm_accuracy": mlm_acc, "train/tokens": mlm_w})
   loss = mlm
   if "lop_logits" in outputs and "lop_targets" in batch:
     lop_targets = jnp.where(batch["lop_weights"] > 0, batch["lop_targets"], -1)
