@@ -1,0 +1,83 @@
+"""`flaxdoc.bench.hlo_traffic`: bytes per op of a compiled module, by class and model part.
+
+A hand-written module (a fusion that only slices a big operand, a cuBLAS call, a Triton
+call, tuples) checks the counting rules exactly; a module XLA:CPU compiles here checks
+that real compiler output parses to the bytes its shapes give. The deviceless H100
+compile runs only where JAX's CUDA plugin is installed (it is not in CI).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from flaxdoc.bench import hlo_traffic
+
+MODULE = """HloModule jit_step, entry_computation_layout={(bf16[64,32]{1,0})->bf16[8,32]{1,0}}
+
+%fused_slice (param_0.1: bf16[64,32], param_1.2: f32[32]) -> bf16[8,32] {
+  %param_0.1 = bf16[64,32]{1,0} parameter(0)
+  %slice.3 = bf16[8,32]{1,0} slice(%param_0.1), slice={[0:8], [0:32]}
+  %param_1.2 = f32[32]{0} parameter(1)
+  %convert.4 = bf16[32]{0} convert(%param_1.2)
+  %broadcast.5 = bf16[8,32]{1,0} broadcast(%convert.4), dimensions={1}
+  ROOT %add.6 = bf16[8,32]{1,0} add(%slice.3, %broadcast.5), metadata={op_name="jit(step)/jvp(M)/encoder/layer_0/attention/add"}
+}
+
+ENTRY %main.9 (p0: bf16[64,32], p1: f32[32], p2: bf16[32,32]) -> bf16[8,32] {
+  %p0 = bf16[64,32]{1,0} parameter(0), metadata={op_name="x"}
+  %p1 = f32[32]{0} parameter(1), metadata={op_name="b"}
+  %p2 = bf16[32,32]{1,0} parameter(2), metadata={op_name="w"}
+  %loop_slice_fusion = bf16[8,32]{1,0} fusion(%p0, %p1), kind=kLoop, calls=%fused_slice
+  %custom-call.1 = (bf16[8,32]{1,0}, s8[1024]{0}) custom-call(%loop_slice_fusion, %p2), custom_call_target="__cublas$gemm", metadata={op_name="jit(step)/transpose(jvp(M))/encoder/layer_0/mlp_in/dot_general"}
+  %get-tuple-element.2 = bf16[8,32]{1,0} get-tuple-element(%custom-call.1), index=0
+  %pallas_call.3 = bf16[8,32]{1,0} custom-call(%get-tuple-element.2), custom_call_target="__gpu$xla.gpu.triton", metadata={op_name="jit(step)/jvp(M)/super_tokens/layer_0/gcn_pool/pallas_call"}
+  ROOT %copy.4 = bf16[8,32]{1,0} copy(%pallas_call.3)
+}
+"""
+
+
+def test_counts_by_the_rules_on_a_hand_written_module():
+  rows = {r["name"]: r for r in hlo_traffic.op_traffic(MODULE)}
+  assert set(rows) == {"loop_slice_fusion", "custom-call.1", "pallas_call.3", "copy.4"}
+  fusion = rows["loop_slice_fusion"]
+  # It slices 8 of p0's 64 rows: 8 * 32 * 2 bytes read from p0, all of p1 (32 * 4).
+  assert (fusion["read"], fusion["written"]) == (8 * 32 * 2 + 32 * 4, 8 * 32 * 2)
+  assert (fusion["cls"], fusion["part"]) == ("xla", "attention")  # op_name from its body
+  gemm = rows["custom-call.1"]
+  assert gemm["cls"] == "gemm" and gemm["part"] == "feed-forward (backward)"
+  assert (gemm["read"], gemm["written"]) == (8 * 32 * 2 + 32 * 32 * 2, 8 * 32 * 2 + 1024)
+  assert rows["pallas_call.3"]["cls"] == "pallas" and rows["pallas_call.3"]["part"] == "gcn"
+  # A copy without metadata takes its operand's op_name (profile_summary.hlo_op_names).
+  assert rows["copy.4"]["cls"] == "xla" and rows["copy.4"]["part"] == "gcn"
+  s = hlo_traffic.summarise(list(rows.values()), bandwidth=1e9)
+  assert s["totals"]["xla"]["gb"] * 1e9 == fusion["read"] + fusion["written"] + 2 * 512
+  assert s["totals"]["xla"]["ms_at_bandwidth"] == pytest.approx(
+      1e3 * (fusion["read"] + fusion["written"] + 1024) / 1e9)
+  assert "while" not in hlo_traffic.format_summary(s)
+
+
+def test_a_module_xla_compiled_here_parses_to_its_shapes_bytes():
+  def f(x, y):
+    return jnp.tanh(x[:256] * 2.0) @ y, jnp.sum(x, axis=0)
+
+  x = jnp.ones((1024, 512), jnp.float32)
+  y = jnp.ones((512, 128), jnp.float32)
+  text = jax.jit(f).lower(x, y).compile().as_text()
+  rows = hlo_traffic.op_traffic(text)
+  assert rows and all(r["read"] >= 0 and r["written"] >= 0 for r in rows)
+  # Every output the function returns is written by some op; the column sums read all of x.
+  written = sum(r["written"] for r in rows)
+  assert written >= 256 * 128 * 4 + 512 * 4
+  assert max(r["read"] for r in rows) >= 1024 * 512 * 4
+
+
+@pytest.mark.skipif(not hlo_traffic.cuda_plugin_available(),
+                    reason="JAX's CUDA plugin is absent (pip install jax-cuda13-plugin==<jax "
+                           "version>; no GPU needed)")
+@pytest.mark.slow
+def test_the_step_compiles_for_an_h100_without_one():
+  text = hlo_traffic.compile_step_text(128, 2)
+  s = hlo_traffic.summarise(hlo_traffic.op_traffic(text))
+  assert {"xla", "gemm", "pallas"} <= set(s["totals"])
