@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -55,15 +56,20 @@ def run_once(code: str, directory: Path, command: list[str], timeout: float) -> 
   env["PYTHONPATH"] = os.pathsep.join([str(directory)] + (
       [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
   cmd = [sys.executable, "-m", module_name(command[0])] + command[1:] + ["--json"]
+  # In the version's directory: `python -m` puts the working directory first on
+  # sys.path, so elsewhere (this checkout's root, say) another flaxdoc would shadow it,
+  # in the benchmark and in any subprocess it starts. In a session of its own, so that a
+  # timeout ends the benchmark's own subprocesses too (bench.accelerator runs each row in
+  # one), not only the process this starts, which would leave them on the device.
+  proc = subprocess.Popen(cmd, env=env, cwd=directory, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True)
   try:
-    # In the version's directory: `python -m` puts the working directory first on
-    # sys.path, so elsewhere (this checkout's root, say) another flaxdoc would shadow it,
-    # in the benchmark and in any subprocess it starts.
-    done = subprocess.run(cmd, env=env, cwd=directory, capture_output=True, text=True,
-                          timeout=timeout, check=False)
-  except subprocess.TimeoutExpired as e:
-    out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-    return _rows(out), f"{code}: timed out after {timeout:.0f} s"
+    stdout, stderr = proc.communicate(timeout=timeout)
+  except subprocess.TimeoutExpired:
+    os.killpg(proc.pid, signal.SIGKILL)
+    stdout, _ = proc.communicate()
+    return _rows(stdout or ""), f"{code}: timed out after {timeout:.0f} s"
+  done = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
   error = ""
   if done.returncode:
     last = done.stderr.strip().splitlines()[-1:]

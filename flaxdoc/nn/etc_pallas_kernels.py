@@ -58,10 +58,6 @@ class Config:
     return self.q_tiles * self.block_q
 
   @property
-  def key_tiles(self) -> int:  # key tiles per query tile: the window [i0 - r, i0 + BQ - 1 + r]
-    return -(-(self.block_q + 2 * self.radius) // self.block_k)
-
-  @property
   def padded_k(self) -> int:  # long keys padded to whole key tiles (the dk/dv grid)
     return -(-self.length // self.block_k) * self.block_k
 

@@ -11,7 +11,7 @@ import pytest
 from flax import linen as nn
 
 from flaxdoc.nn.attention import DenseSelfAttention
-from flaxdoc.nn.encoder import Encoder, EncoderLayer, remat_policy_from_name
+from flaxdoc.nn.encoder import DenseGelu, Encoder, EncoderLayer, remat_policy_from_name
 from flaxdoc.nn.etc_attention import EtcAttention
 from flaxdoc.nn.layout_terms import GaussianTerm, PolarTerm, RichAttentionTerm, layout_geometry
 
@@ -211,3 +211,27 @@ def test_other_attention_modules_fit_the_layer_signature():
       linformer.LinformerAttention, num_heads=H, max_length=16, proj_length=4))
   out = jax.eval_shape(lambda: model.init_with_output(jax.random.key(0), x, mask)[0])
   assert out.shape == x.shape
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_dense_gelu_is_nn_dense_then_the_erf_gelu(dtype):
+  """Same parameter tree (names, shapes, initial values) as `nn.Dense`, and the same values
+  and gradients as `nn.gelu(nn.Dense(x))`: only what the backward keeps differs."""
+  x = jax.random.normal(jax.random.key(0), (2, 5, 16))
+  dense, fused = nn.Dense(24, dtype=dtype), DenseGelu(24, dtype=dtype)
+  params = dense.init(jax.random.key(1), x)
+  fused_params = fused.init(jax.random.key(1), x)
+  assert jax.tree.map(jnp.shape, params) == jax.tree.map(jnp.shape, fused_params)
+  assert jax.tree.all(jax.tree.map(jnp.array_equal, params, fused_params))
+  params = jax.tree.map(lambda p: p + 0.1, params)  # a non-zero bias
+
+  def loss(apply, p, x):
+    return jnp.sum(jnp.sin(apply(p, x).astype(jnp.float32)))
+  ref = lambda p, x: nn.gelu(dense.apply(p, x), approximate=False)  # noqa: E731
+  (v, g), (rv, rg) = (jax.value_and_grad(loss, argnums=(1, 2))(f, params, x)
+                      for f in (fused.apply, ref))
+  tol = 1e-6 if dtype == jnp.float32 else 2e-2
+  np.testing.assert_allclose(v, rv, rtol=tol)
+  for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(rg)):
+    np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                               rtol=tol, atol=tol)

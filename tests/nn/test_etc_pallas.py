@@ -384,3 +384,21 @@ def test_no_copy_of_queries_keys_or_values_around_the_kernels():
   # The one global key's dk / dv partial sums per query tile: one row each, not 16.
   dq_call = next(line for line in text.splitlines() if "etc_rich_backward_dq" in line)
   assert len(re.findall(r"tensor<1x2x16x1x64xf32>", dq_call.rsplit("->", 1)[-1])) == 2
+
+
+@pytest.mark.parametrize("g", [2, 16])
+def test_global_rows_lower_to_triton(g):
+  """The global keys' dk / dv partial sums as `G` rows (2) or as the whole tile (16), lowered
+  for CUDA: `_store_global_rows`'s two forms are both Triton-clean."""
+  b, n, h, d = 1, 64, 2, 64
+  x = jnp.zeros((b, n, h, d), jnp.bfloat16)
+  kg = jnp.zeros((b, g, h, d), jnp.bfloat16)
+
+  def loss(q, k, v, kg, vg):
+    return ep.long_query_attention(q, k, v, kg, vg, jnp.ones((b, n), bool),
+                                   jnp.ones((b, g), bool), local_radius=20,
+                                   interpret=False).astype(jnp.float32).sum()
+  text = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3, 4))).trace(x, x, x, kg, kg).lower(
+      lowering_platforms=("cuda",)).as_text()
+  dq_call = next(line for line in text.splitlines() if "etc_rich_backward_dq" in line)
+  assert len(re.findall(rf"tensor<1x2x\d+x{g}x64xf32>", dq_call.rsplit("->", 1)[-1])) == 2
