@@ -69,12 +69,11 @@ def run_once(code: str, directory: Path, command: list[str], timeout: float) -> 
     os.killpg(proc.pid, signal.SIGKILL)
     stdout, _ = proc.communicate()
     return _rows(stdout or ""), f"{code}: timed out after {timeout:.0f} s"
-  done = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
   error = ""
-  if done.returncode:
-    last = done.stderr.strip().splitlines()[-1:]
-    error = f"{code}: exit {done.returncode}" + (f": {last[0]}" if last else "")
-  return _rows(done.stdout), error
+  if proc.returncode:
+    last = stderr.strip().splitlines()[-1:]
+    error = f"{code}: exit {proc.returncode}" + (f": {last[0]}" if last else "")
+  return _rows(stdout), error
 
 
 def _rows(stdout: str) -> list[dict]:

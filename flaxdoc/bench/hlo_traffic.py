@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import functools
 import os
 import re
 import sys
@@ -175,12 +174,14 @@ def summarise(rows: list[dict], bandwidth: float = H100_BANDWIDTH, top: int = 25
   def entry(key, total, count):
     return dict(key, gb=total / 1e9, ms_at_bandwidth=1e3 * total / bandwidth, ops=count)
 
+  by_class = collections.defaultdict(lambda: [0, 0])  # [bytes, ops]
   by_part = collections.defaultdict(lambda: [0, 0])
   groups = collections.defaultdict(lambda: [0, 0, ""])
   for r in rows:
     moved = r["read"] + r["written"]
-    by_part[(r["cls"], r["part"])][0] += moved
-    by_part[(r["cls"], r["part"])][1] += 1
+    for acc in (by_class[r["cls"]], by_part[(r["cls"], r["part"])]):
+      acc[0] += moved
+      acc[1] += 1
     if r["cls"] == "xla":
       kind = re.sub(r"[._]?\d+$", "", r["name"])
       where = r["op_name"].split("/")[-1]
@@ -188,14 +189,9 @@ def summarise(rows: list[dict], bandwidth: float = H100_BANDWIDTH, top: int = 25
       g[0] += moved
       g[1] += 1
       g[2] = r["op_name"]
-  totals = collections.Counter()
-  for (cls, _), (moved, _) in by_part.items():
-    totals[cls] += moved
   return dict(
       note=note,
-      totals={cls: entry({"class": cls}, moved, sum(v[1] for k, v in by_part.items()
-                                                      if k[0] == cls))
-              for cls, moved in totals.items()},
+      totals={cls: entry({"class": cls}, *v) for cls, v in by_class.items()},
       parts=[entry({"class": c, "part": p}, v[0], v[1])
              for (c, p), v in sorted(by_part.items(), key=lambda kv: -kv[1][0])],
       top_xla=[entry({"fusion": k[0], "part": k[1], "op": k[2], "op_name": v[2][-100:]},
@@ -223,14 +219,10 @@ def compile_step_text(length: int, batch: int, etc_kernel: str = "pallas",
   from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
   from jax.sharding import NamedSharding, PartitionSpec  # pylint: disable=import-outside-toplevel
   from flaxdoc.bench import accelerator  # pylint: disable=import-outside-toplevel
-  from flaxdoc.nn import etc_pallas, gcn_pallas  # pylint: disable=import-outside-toplevel
+  from flaxdoc.nn import pallas_backend  # pylint: disable=import-outside-toplevel
   # The kernels pick the interpreter when the default backend is not a GPU (here it is
   # the CPU); the compile is for a GPU, so they are lowered for Triton.
-  patched = [(etc_pallas, "long_query_attention"), (gcn_pallas, "message_attention")]
-  saved = [getattr(m, n) for m, n in patched]
-  for (m, n), fn in zip(patched, saved):
-    setattr(m, n, functools.partial(fn, interpret=False))
-  try:
+  with pallas_backend.lowering_for_gpu():
     topology = topologies.get_topology_desc(platform="cuda", target_config=H100_TARGET,
                                             topology="1x1x1")
     mesh = topologies.make_mesh(topology, (1,), ("data",))
@@ -244,9 +236,6 @@ def compile_step_text(length: int, batch: int, etc_kernel: str = "pallas",
     lowered = jax.jit(step, donate_argnums=(0, 1)).trace(*jax.tree.map(spec, state),
                                                            key).lower()
     return lowered.compile().as_text()
-  finally:
-    for (m, n), fn in zip(patched, saved):
-      setattr(m, n, fn)
 
 
 def format_summary(s: dict) -> str:

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +47,7 @@ from jax.experimental import pallas as pl
 
 from flaxdoc.nn import batch_parallel
 from flaxdoc.nn import etc_pallas_kernels as kernels
+from flaxdoc.nn import pallas_backend
 # Re-exported: the tests build references with the same dropout hash.
 from flaxdoc.nn.etc_pallas_kernels import (GLOBAL_KEY_ID, INVALID_KEY, INVALID_QUERY, Config,
                                            dropout_keep)
@@ -304,11 +304,8 @@ def long_query_attention(q_long: Array, k_long: Array, v_long: Array, k_global: 
   batch, length, heads, head_dim = q_long.shape
   num_globals = k_global.shape[1]
   if interpret is None:
-    interpret = jax.default_backend() != "gpu"
-    if interpret:
-      warnings.warn(f"flaxdoc.nn.etc_pallas: no GPU (backend {jax.default_backend()!r}), so the "
-                    "fused ETC kernel runs in Pallas' interpreter, which is slow; use "
-                    "etc_kernel='xla' here", stacklevel=2)
+    interpret = pallas_backend.default_interpret("etc_pallas", "the fused ETC kernel runs",
+                                                 "etc_kernel='xla'", stacklevel=2)
   t = tiles or DEFAULT_TILES
   for name, value in dataclasses.asdict(t).items():
     if "warps" not in name and (value < 1 or value & (value - 1)):

@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -57,6 +56,7 @@ from jax.experimental import pallas as pl
 
 from flaxdoc.nn import batch_parallel
 from flaxdoc.nn import gcn_pallas_kernels as kernels
+from flaxdoc.nn import pallas_backend
 from flaxdoc.nn.gcn_pallas_kernels import Config
 
 __all__ = ["DEFAULT_TILES", "Config", "Tiles", "attention_pool", "message_attention"]
@@ -513,11 +513,8 @@ def _config(owner, from_self, edge_features, neighbor_ids, neighbor_mask, edge_k
     if name != "warps" and (value < 1 or value & (value - 1)):
       raise ValueError(f"{owner}: tiles.{name} must be a power of two, got {value}")
   if interpret is None:
-    interpret = jax.default_backend() != "gpu"
-    if interpret:
-      warnings.warn(f"flaxdoc.nn.gcn_pallas: no GPU (backend {jax.default_backend()!r}), so the "
-                    "fused GCN kernels run in Pallas' interpreter, which is slow; use "
-                    "gcn_kernel='xla' here", stacklevel=3)
+    interpret = pallas_backend.default_interpret("gcn_pallas", "the fused GCN kernels run",
+                                                 "gcn_kernel='xla'", stacklevel=3)
   if not interpret:
     for name in ("block_nodes", "block_hidden", "block_edges"):
       if getattr(t, name) < 16:  # Triton's dots want >= 16 on every side
