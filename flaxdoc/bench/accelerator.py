@@ -281,9 +281,8 @@ def _time_pretrain(compiled, state, data, length, batch, s, peak_tflops, iters, 
         jax.block_until_ready(call())
     events = profile_summary.load_events(folder)
     summary = profile_summary.summarise(events, top=30)
-    hlo_text = compiled.as_text()
-    with open(os.path.join(folder, "step.hlo.txt"), "w") as f:  # for profile_summary --hlo
-      f.write(hlo_text)
+    hlo_text = compiled.as_text()  # for profile_summary and hlo_traffic --hlo
+    profile_summary.write_hlo_text(os.path.join(folder, "step.hlo.txt.gz"), hlo_text)
     parts = profile_summary.summarise_parts(events, profile_summary.hlo_op_names(hlo_text))
     extra = dict(profile=folder, profile_kinds={k["kind"]: round(k["share"], 4)
                                                 for k in summary["kinds"]},

@@ -10,7 +10,8 @@ from a description of the chip (`H100_TARGET`), which needs the CUDA plugin of t
 installed JAX (`pip install jax-cuda13-plugin==<jax version>`, about 400 MB; the
 environment variables it needs are set here). The fused Pallas kernels are compiled
 for the GPU, not the interpreter. `--save` keeps the optimised module's text;
-`--hlo` reads one (from here, or `compiled.as_text()` on a GPU).
+`--hlo` reads one (from here, or the `step.hlo.txt.gz` that `bench.accelerator
+--profile` writes on a GPU: the module the card ran; `.gz` names are gzipped).
 
 For every op of the module's entry computation (XLA's fusions, copies, library and
 Triton calls) it counts the bytes of its outputs and of its operands, an operand that
@@ -255,28 +256,28 @@ def format_summary(s: dict) -> str:
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[1],
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--hlo", default=None, help="read this optimised module text instead")
+  p.add_argument("--hlo", default=None,
+                 help="read this optimised module text instead (.gz: gzipped)")
   p.add_argument("--length", type=int, default=1024)
   p.add_argument("--batch", type=int, default=16)
   p.add_argument("--etc_kernel", default="pallas", choices=("xla", "pallas"))
   p.add_argument("--gcn_kernel", default="pallas",
                  choices=("xla", "pallas", "pallas_saved", "pallas_dpre"))
-  p.add_argument("--save", default=None, help="write the compiled module's text here")
+  p.add_argument("--save", default=None,
+                 help="write the compiled module's text here (.gz: gzipped)")
   p.add_argument("--bandwidth", type=float, default=H100_BANDWIDTH, help="bytes/s")
   p.add_argument("--top", type=int, default=25)
   p.add_argument("--json", action="store_true")
   a = p.parse_args(argv)
   if a.hlo:
-    with open(a.hlo, encoding="utf-8") as f:
-      text = f.read()
+    text = profile_summary.read_hlo_text(a.hlo)
   else:
     if not cuda_plugin_available():
       p.error("compiling for an H100 here needs JAX's CUDA plugin (no GPU needed): pip "
               "install jax-cuda13-plugin==<your jax version>; or pass --hlo FILE")
     text = compile_step_text(a.length, a.batch, a.etc_kernel, a.gcn_kernel)
     if a.save:
-      with open(a.save, "w", encoding="utf-8") as f:
-        f.write(text)
+      profile_summary.write_hlo_text(a.save, text)
   note = ("the module has while loops: their bodies are counted once" if
           re.search(r" while\(", text) else "")
   summary = summarise(op_traffic(text), a.bandwidth, a.top, note)

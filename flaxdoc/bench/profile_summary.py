@@ -21,8 +21,8 @@ by name, and each name is put in a kind by what XLA and the vendor libraries cal
 
 The first matching kind wins, in the order of the table.
 
-Given the compiled module's text (`--hlo`, or a `*.hlo.txt` beside the trace, which
-`bench.accelerator --profile` writes), kernel time is also summed by *model part*:
+Given the compiled module's text (`--hlo`, or a `*.hlo.txt` / `*.hlo.txt.gz` beside the
+trace, which `bench.accelerator --profile` writes gzipped), kernel time is also summed by *model part*:
 each kernel is matched to its HLO instruction (by name, or by the event's `hlo_op`),
 the instruction to its `op_name` metadata (JAX's name stack with Flax's module path),
 and that to a part (`PARTS`: GCN, attention, Rich Attention, feed-forward, MLM head,
@@ -181,6 +181,26 @@ _CALLS = re.compile(r"(?:calls|to_apply|body)=%?([\w.\-]+)")
 _OPERAND = re.compile(r"%([\w.\-]+)")
 
 
+def read_hlo_text(path) -> str:
+  """A compiled module's text from `path`, gzipped if it ends in `.gz` (an H100 step's text
+  is ~17 MB, over what a lent device machine sends back in one file; gzipped ~2 MB)."""
+  path = Path(path)
+  if path.suffix == ".gz":
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+      return f.read()
+  return path.read_text(encoding="utf-8")
+
+
+def write_hlo_text(path, text: str) -> None:
+  """`text` to `path`, gzipped if it ends in `.gz`."""
+  path = Path(path)
+  if path.suffix == ".gz":
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+      f.write(text)
+  else:
+    path.write_text(text, encoding="utf-8")
+
+
 def hlo_op_names(hlo_text: str) -> dict[str, str]:
   """`{instruction name: op_name}` from a compiled module's text (`compiled.as_text()`).
 
@@ -264,7 +284,8 @@ def main(argv=None) -> int:
   p.add_argument("--top", type=int, default=25)
   p.add_argument("--hlo", default=None,
                  help="the compiled module's text (`compiled.as_text()`), to sum kernel time "
-                      "by model part; default: a *.hlo.txt in the trace folder, if any")
+                      "by model part (.gz: gzipped); default: a *.hlo.txt[.gz] in the trace "
+                      "folder, if any")
   p.add_argument("--json", action="store_true")
   a = p.parse_args(argv)
   try:
@@ -275,12 +296,12 @@ def main(argv=None) -> int:
   s = summarise(events, a.top)
   hlo = Path(a.hlo) if a.hlo else None
   if hlo is None and Path(a.trace).is_dir():
-    hlo = next(iter(sorted(Path(a.trace).glob("*.hlo.txt"))), None)
+    hlo = next(iter(sorted(Path(a.trace).glob("*.hlo.txt*"))), None)
   if hlo is not None:
     if not hlo.is_file():
       print(f"error: {hlo}: no such HLO text file", file=sys.stderr)
       return 1
-    s["parts"] = summarise_parts(events, hlo_op_names(hlo.read_text()))
+    s["parts"] = summarise_parts(events, hlo_op_names(read_hlo_text(hlo)))
   print(json.dumps(s) if a.json else format_summary(s))
   return 0
 

@@ -8,11 +8,14 @@ compile runs only where JAX's CUDA plugin is installed (it is not in CI).
 
 from __future__ import annotations
 
+import json
+
 import jax
 import jax.numpy as jnp
 import pytest
 
 from flaxdoc.bench import hlo_traffic
+from flaxdoc.bench import profile_summary
 
 MODULE = """HloModule jit_step, entry_computation_layout={(bf16[64,32]{1,0})->bf16[8,32]{1,0}}
 
@@ -81,3 +84,16 @@ def test_the_step_compiles_for_an_h100_without_one():
   text = hlo_traffic.compile_step_text(128, 2)
   s = hlo_traffic.summarise(hlo_traffic.op_traffic(text))
   assert {"xla", "gemm", "pallas"} <= set(s["totals"])
+
+
+def test_the_command_line_reads_a_saved_module_plain_or_gzipped(tmp_path, capsys):
+  """`--hlo` takes the module text as saved here (`--save`) or gzipped, as `bench.accelerator
+  --profile` writes the module a GPU ran (too large to bring back from a lent machine
+  otherwise): both give the summary of the text itself."""
+  want = hlo_traffic.summarise(hlo_traffic.op_traffic(MODULE))
+  for name in ("m.hlo.txt", "m.hlo.txt.gz"):
+    profile_summary.write_hlo_text(tmp_path / name, MODULE)
+    capsys.readouterr()
+    assert hlo_traffic.main(["--hlo", str(tmp_path / name), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(want))
+  assert (tmp_path / "m.hlo.txt.gz").read_bytes()[:2] == b"\x1f\x8b"  # gzip's magic
