@@ -10,7 +10,6 @@ lacks fails here, not on the first GPU.
 
 from __future__ import annotations
 
-import functools
 import re
 
 import jax
@@ -23,6 +22,7 @@ from scipy.special import erf
 from flaxdoc.models.document_encoder import EncoderSpec
 from flaxdoc.nn import gcn_pallas as gp
 from flaxdoc.nn import gcn_pallas_kernels as gk
+from flaxdoc.nn import pallas_backend
 from flaxdoc.nn.gcn import GCNLayer, SuperTokenEncoder
 
 # 4 nodes a tile, 8 in-edges a step: several steps per target tile, tiles without in-edges.
@@ -395,7 +395,7 @@ def test_lowers_to_triton_for_a_gpu(nodes, k, f, h, dtype, save):
 
 
 @pytest.mark.parametrize("kernel", ["pallas", "pallas_saved", "pallas_dpre"])
-def test_no_node_array_is_padded_cropped_or_converted_around_the_kernels(kernel, monkeypatch):
+def test_no_node_array_is_padded_cropped_or_converted_around_the_kernels(kernel):
   """The layer's forward and backward lowered for CUDA (bfloat16, 64 nodes, H = 43 in
   chunks of 32): the only operations on a `[B, L, H]` node array outside the kernels are
   the pooled output's crop and, in the backward, its transpose (a pad) and the pooled
@@ -415,11 +415,9 @@ def test_no_node_array_is_padded_cropped_or_converted_around_the_kernels(kernel,
   def loss(params, h):
     return layer.apply({"params": params}, h, ids, feats, mask).astype(jnp.float32).sum()
 
-  # The layer's call with the kernels lowered for the GPU, not the interpreter.
-  monkeypatch.setattr(gp, "message_attention",
-                      functools.partial(gp.message_attention, interpret=False))
-  text = jax.jit(jax.grad(loss, argnums=(0, 1))).trace(params, h).lower(
-      lowering_platforms=("cuda",)).as_text()
+  with pallas_backend.lowering_for_gpu():  # the kernels' Triton form, not the interpreter
+    text = jax.jit(jax.grad(loss, argnums=(0, 1))).trace(params, h).lower(
+        lowering_platforms=("cuda",)).as_text()
   node_array = re.compile(rf"tensor<{b}x{nodes}x(?:{hidden}|64)x(?:bf16|f32)>")
   passes = [m.group(1) for line in text.splitlines()
             if (m := re.search(r"= stablehlo\.(pad|slice|convert|concatenate)\b", line))
