@@ -22,8 +22,8 @@ by name, and each name is put in a kind by what XLA and the vendor libraries cal
 The first matching kind wins, in the order of the table.
 
 Given the compiled module's text (`--hlo`, or a `*.hlo.txt` / `*.hlo.txt.gz` beside the
-trace, which `bench.accelerator --profile` writes gzipped), kernel time is also summed by *model part*:
-each kernel is matched to its HLO instruction (by name, or by the event's `hlo_op`),
+trace, which `bench.accelerator --profile` writes gzipped), kernel time is also summed by
+*model part*: each kernel is matched to its HLO instruction (by name, or by the event's `hlo_op`),
 the instruction to its `op_name` metadata (JAX's name stack with Flax's module path),
 and that to a part (`PARTS`: GCN, attention, Rich Attention, feed-forward, MLM head,
 optimizer, ...; "(backward)" under a transpose). `bench.accelerator --profile
