@@ -224,8 +224,15 @@ def compile_step_text(length: int, batch: int, etc_kernel: str = "pallas",
   # The kernels pick the interpreter when the default backend is not a GPU (here it is
   # the CPU); the compile is for a GPU, so they are lowered for Triton.
   with pallas_backend.lowering_for_gpu():
-    topology = topologies.get_topology_desc(platform="cuda", target_config=H100_TARGET,
-                                            topology="1x1x1")
+    try:
+      topology = topologies.get_topology_desc(platform="cuda", target_config=H100_TARGET,
+                                              topology="1x1x1")
+    except NotImplementedError as e:  # JAX started its backends before the plugin could
+      raise RuntimeError(
+          "no CUDA backend to compile for: JAX's backends were started before the CUDA "
+          "plugin could register (CUDA_VISIBLE_DEVICES=-1 and "
+          "JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 must be set before JAX's first use); run "
+          "`python -m flaxdoc.bench.hlo_traffic` in a process of its own") from e
     mesh = topologies.make_mesh(topology, (1,), ("data",))
     replicated = NamedSharding(mesh, PartitionSpec())
     step, state, *_ = accelerator.pretrain_step(
