@@ -1,7 +1,7 @@
 r"""Bytes each op of a compiled step reads and writes: where memory-bound time goes, with no GPU.
 
     python -m flaxdoc.bench.hlo_traffic [--hlo FILE] [--length 1024] [--batch 16]
-        [--etc_kernel pallas] [--gcn_kernel pallas] [--save FILE] [--top 25]
+        [--etc_kernel pallas] [--gcn_kernel pallas_dpre] [--save FILE] [--top 25]
         [--bandwidth 3.35e12] [--json]
 
 Without `--hlo`, compiles the FormNet-A2 pre-training step that `bench.accelerator`
@@ -208,7 +208,7 @@ def cuda_plugin_available() -> bool:
 
 
 def compile_step_text(length: int, batch: int, etc_kernel: str = "pallas",
-                      gcn_kernel: str = "pallas", etc_tiles: tuple = (),
+                      gcn_kernel: str = "pallas_dpre", etc_tiles: tuple = (),
                       gcn_tiles: tuple = ()) -> str:
   """The FormNet-A2 pre-training step (`bench.accelerator.pretrain_step`, bfloat16)
   compiled for an H100 on this machine: the optimised module's text."""
@@ -231,8 +231,9 @@ def compile_step_text(length: int, batch: int, etc_kernel: str = "pallas",
       raise RuntimeError(
           "no CUDA backend to compile for: JAX's backends were started before the CUDA "
           "plugin could register (CUDA_VISIBLE_DEVICES=-1 and "
-          "JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 must be set before JAX's first use); run "
-          "`python -m flaxdoc.bench.hlo_traffic` in a process of its own") from e
+          "JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 must be set before JAX's first use; this sets "
+          "them only where they are unset); run `python -m flaxdoc.bench.hlo_traffic` in a "
+          "process of its own") from e
     mesh = topologies.make_mesh(topology, (1,), ("data",))
     replicated = NamedSharding(mesh, PartitionSpec())
     step, state, *_ = accelerator.pretrain_step(
@@ -268,7 +269,7 @@ def main(argv=None) -> int:
   p.add_argument("--length", type=int, default=1024)
   p.add_argument("--batch", type=int, default=16)
   p.add_argument("--etc_kernel", default="pallas", choices=("xla", "pallas"))
-  p.add_argument("--gcn_kernel", default="pallas",
+  p.add_argument("--gcn_kernel", default="pallas_dpre",
                  choices=("xla", "pallas", "pallas_saved", "pallas_dpre"))
   p.add_argument("--save", default=None,
                  help="write the compiled module's text here (.gz: gzipped)")

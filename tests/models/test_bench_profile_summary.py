@@ -87,7 +87,7 @@ def test_accelerator_profile_flag_writes_a_trace_and_its_summary(tmp_path):
   assert {"gcn", "gcn (backward)", "attention", "mlm head"} <= set(parts)
   # XLA:CPU names kernels after their HLO ops; what stays unnamed is mostly loop-state copies.
   assert parts.get("unattributed", 0.0) < 0.1
-  assert list(Path(row["profile"]).glob("step.hlo.txt.gz"))
+  assert ps.read_hlo_text(Path(row["profile"]) / "step.hlo.txt.gz").startswith("HloModule")
 
 
 HLO = """HloModule jit_step
@@ -136,7 +136,8 @@ def test_kernel_time_by_model_part_from_the_hlo_metadata(tmp_path, capsys):
   assert ps.main([str(folder), "--hlo", str(tmp_path / "missing.txt")]) == 1
   # Gzipped (as `bench.accelerator --profile` writes it: a GPU step's text is ~17 MB).
   ps.write_hlo_text(tmp_path / "m.hlo.txt.gz", HLO)
-  assert gzip.open(tmp_path / "m.hlo.txt.gz", "rt").read() == HLO
+  with gzip.open(tmp_path / "m.hlo.txt.gz", "rt") as f:
+    assert f.read() == HLO
   assert ps.read_hlo_text(tmp_path / "m.hlo.txt.gz") == HLO
   (folder / "step.hlo.txt").unlink()
   (folder / "step.hlo.txt.gz").write_bytes((tmp_path / "m.hlo.txt.gz").read_bytes())

@@ -54,6 +54,10 @@ SCRIPT = textwrap.dedent("""
     etc_args = tuple(etc.values())
     want = [gcn_step(*gcn_args), dpre_step(*gcn_args), etc_step(*etc_args),
             jax.jit(etc_out)(*etc_args)]
+    # dpre_step runs the writing source kernel and the target side that sums what it wrote.
+    dpre_jaxpr = str(jax.make_jaxpr(dpre_step)(*gcn_args))
+    assert "gcn_backward_source_writing" in dpre_jaxpr, "write_d_pre was not passed on"
+    assert "gcn_saved_backward_target" in dpre_jaxpr
 
     mesh = sharding.make_mesh({"data": 2, "fsdp": 2})
     rows = NamedSharding(mesh, P(("data", "fsdp")))
