@@ -24,9 +24,8 @@ The first matching kind wins, in the order of the table.
 Given the compiled module's text (`--hlo`, or a `*.hlo.txt` / `*.hlo.txt.gz` beside the
 trace, which `bench.accelerator --profile` writes gzipped), kernel time is also summed by
 *model part*: each kernel is matched to its HLO instruction (by name, or by the event's
-`hlo_op`),
-the instruction to its `op_name` metadata (JAX's name stack with Flax's module path),
-and that to a part (`PARTS`: GCN, attention, Rich Attention, feed-forward, MLM head,
+`hlo_op`), the instruction to its `op_name` metadata (JAX's name stack with Flax's module
+path), and that to a part (`PARTS`: GCN, attention, Rich Attention, feed-forward, MLM head,
 optimizer, ...; "(backward)" under a transpose). `bench.accelerator --profile
 DIR` writes such a trace for each pre-training row and prints this summary, which is
 what the H100 MFU investigation of issue 14 needs first (which kernels, not which
@@ -297,8 +296,8 @@ def main(argv=None) -> int:
   s = summarise(events, a.top)
   hlo = Path(a.hlo) if a.hlo else None
   if hlo is None and Path(a.trace).is_dir():
-    found = [f for pattern in ("*.hlo.txt", "*.hlo.txt.gz") for f in Path(a.trace).glob(pattern)]
-    hlo = min(found, default=None)
+    hlo = min((f for f in Path(a.trace).iterdir() if f.name.endswith((".hlo.txt", ".hlo.txt.gz"))),
+              default=None)
   if hlo is not None:
     if not hlo.is_file():
       print(f"error: {hlo}: no such HLO text file", file=sys.stderr)
