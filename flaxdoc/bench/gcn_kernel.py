@@ -123,7 +123,9 @@ def main(argv=None) -> int:
   from flaxdoc.nn import gcn_pallas  # pylint: disable=import-outside-toplevel
   p = LOCAL if a.local else Problem(batch=a.batch, length=a.length)
   p = dataclasses.replace(p, graph=a.graph)
-  tiles = kernel_rows.tilings(a, parse_tiles, gcn_pallas.DEFAULT_TILES, SWEEP)
+  # Without --tiles: each chosen form's default tiling (every form runs every tiling).
+  defaults = [gcn_pallas.default_tiles(k == "pallas_saved", k == "pallas_dpre") for k in a.kernels]
+  tiles = kernel_rows.tilings(a, parse_tiles, list(dict.fromkeys(defaults)), SWEEP)
   kernel_rows.emit(run(p, a.dtype, tiles, a.iters, check=not a.no_check,
                        kernels=tuple(a.kernels)), a,
                    "one FormNet GCN layer: XLA vs fused",

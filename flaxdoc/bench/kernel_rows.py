@@ -95,8 +95,10 @@ def add_arguments(ap, batch: int, length: int, tiles_help: str, sweep: tuple[str
 
 
 def tilings(a, parse: Callable, default, sweep: tuple[str, ...]) -> list:
-  """`--tiles` (or the default), then the sweep's tilings not already listed."""
-  tiles = [parse(t) for t in a.tiles] if a.tiles else [default]
+  """`--tiles` (or the default, or a list of defaults), then the sweep's tilings not
+  already listed."""
+  tiles = [parse(t) for t in a.tiles] if a.tiles else (
+      list(default) if isinstance(default, list) else [default])
   if a.sweep:
     tiles += [parse(t) for t in sweep if parse(t) not in tiles]
   return tiles

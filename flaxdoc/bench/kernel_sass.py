@@ -319,7 +319,7 @@ def gcn_problem(tiles, save: bool, nodes: int = 1024, hidden: int = 1548,
     return pooled.astype(jnp.float32).sum() + weights.sum()
 
   from flaxdoc.nn import gcn_pallas_kernels as gk  # pylint: disable=import-outside-toplevel
-  t = tiles or gp.DEFAULT_TILES
+  t = tiles or gp.default_tiles(save, write_d_pre)
   cfg = gk.Config(nodes=nodes, slots=k, features=f, hidden=hidden, block_nodes=t.block_nodes,
                   block_hidden=t.block_hidden, block_edges=t.block_edges, warps=t.warps,
                   interpret=False, bf16=True, save_activations=save)

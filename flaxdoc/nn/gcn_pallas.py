@@ -59,7 +59,8 @@ from flaxdoc.nn import gcn_pallas_kernels as kernels
 from flaxdoc.nn import pallas_backend
 from flaxdoc.nn.gcn_pallas_kernels import Config
 
-__all__ = ["DEFAULT_TILES", "Config", "Tiles", "attention_pool", "message_attention"]
+__all__ = ["DEFAULT_TILES", "DPRE_TILES", "Config", "Tiles", "attention_pool", "default_tiles",
+           "message_attention"]
 
 Array = jax.Array
 F32 = jnp.float32
@@ -75,7 +76,9 @@ class Tiles:
   pre-activation, GELU, its slope, the gradients), so `block_hidden` is kept at 32:
   with `Kp = 8` that is 32 registers per thread and array at 4 warps. The defaults are
   the fastest forward + backward of `python -m flaxdoc.bench.gcn_kernel --sweep` on an
-  H100 (one layer at 16 x 1,024, bf16: 4.46 ms; the other tilings 4.60-6.77 ms).
+  H100 for the recomputing form (one layer at 16 x 1,024, bf16: 4.46 ms in session 9,
+  3.68 ms in session 13; the other tilings 3.78-5.20 ms). `write_d_pre` has its own
+  (`DPRE_TILES`).
   """
   block_nodes: int = 16
   block_hidden: int = 32
@@ -84,6 +87,17 @@ class Tiles:
 
 
 DEFAULT_TILES = Tiles()
+# `write_d_pre`'s: 64 hidden features a program. Its forward is slower so (1.11 against
+# 1.01 ms a layer at 16 x 1,024 on an H100) and the layer about as fast (3.37 against
+# 3.48 ms), but the FormNet-A2 pre-training step is 3% faster (95.3 against 98.2 ms,
+# session 13; README, Accelerators): in the step the source-side backward, which gathers
+# neighbour rows of `N` and writes `d pre`, reads and writes whole 128-byte lines a row.
+DPRE_TILES = Tiles(block_hidden=64, block_edges=64)
+
+
+def default_tiles(save_activations: bool = False, write_d_pre: bool = False) -> Tiles:
+  """The tiles a form runs with when none are given."""
+  return DPRE_TILES if write_d_pre and not save_activations else DEFAULT_TILES
 
 
 # --------------------------------------------------------------------------- layout
@@ -400,7 +414,7 @@ def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
     edge_kernel: `[F, H]`; bias, score_vector: `[H]`. The bias is added in the edge
       product, so with bfloat16 node parts it enters as bfloat16, as the edge kernel does
       (`GCNLayer` computes in its dtype: its bias is bfloat16 there anyway).
-    tiles: `Tiles` (default `DEFAULT_TILES`).
+    tiles: `Tiles` (default: `default_tiles(save_activations, write_d_pre)`).
     save_activations: when differentiated, the forward keeps every edge's GELU output and
       slope (two `[B, Lp * Kp, Hp]` arrays in `from_self`'s dtype: `L`, `K` and `H`
       padded to whole tiles, `K` to a power of two) and the backward evaluates no GELU
@@ -508,7 +522,7 @@ def _config(owner, from_self, edge_features, neighbor_ids, neighbor_mask, edge_k
     if tuple(vec.shape) != (hidden,):
       raise ValueError(f"{owner}: {name} has shape {tuple(vec.shape)}, "
                        f"expected {(hidden,)}")
-  t = tiles or DEFAULT_TILES
+  t = tiles or default_tiles(save_activations, write_d_pre)
   for name, value in dataclasses.asdict(t).items():
     if name != "warps" and (value < 1 or value & (value - 1)):
       raise ValueError(f"{owner}: tiles.{name} must be a power of two, got {value}")

@@ -16,6 +16,15 @@ def test_tiles_parse_and_the_sweep_is_valid():
     gcn_kernel.parse_tiles("16,32")
 
 
+def test_without_tiles_each_chosen_form_brings_its_default_tiling(monkeypatch):
+  seen = []
+  monkeypatch.setattr(gcn_kernel, "run", lambda p, dtype, tiles, *a, **k: seen.append(tiles) or [])
+  monkeypatch.setattr(gcn_kernel.kernel_rows, "emit", lambda *a, **k: None)
+  gcn_kernel.main(["--local", "--kernels", "pallas", "pallas_dpre"])
+  gcn_kernel.main(["--local", "--kernels", "pallas_dpre", "--tiles", "16,32,32,4"])
+  assert seen == [[gcn_pallas.DEFAULT_TILES, gcn_pallas.DPRE_TILES], [gcn_pallas.DEFAULT_TILES]]
+
+
 @pytest.mark.slow  # the kernels' own tests cover the values; this is the bench's plumbing
 @pytest.mark.parametrize("graph, kernels", [("local", ("pallas", "pallas_saved")),
                                             ("random", ("pallas",))])
