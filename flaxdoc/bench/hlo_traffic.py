@@ -143,6 +143,9 @@ def op_class(op: str, rest: str, name: str) -> str:
   return "xla"
 
 
+_ALIASED = re.compile(r"\{[\d,\s]*\}:\s*\((\d+),")  # output_to_operand_aliasing={{}: (4, {})}
+
+
 def op_traffic(hlo_text: str) -> list[dict]:
   """One row per op of the entry computation: bytes read and written, class, part."""
   bodies, entry = computations(hlo_text)
@@ -161,7 +164,14 @@ def op_traffic(hlo_text: str) -> list[dict]:
     operands = re.findall(r"%([\w.\-]+)", rest.split("), ", 1)[0])
     calls = re.search(r"calls=%([\w.\-]+)", rest)
     reads = sliced_reads(bodies.get(calls.group(1), [])) if op == "fusion" and calls else {}
-    read = sum(reads.get(i, sizes.get(o, 0)) for i, o in enumerate(operands))
+    # A buffer passed twice is read once at most (the GCN kernels take `[S | N]` as both
+    # their `S` and their `N` operand, each reading its half); an operand aliased to an
+    # output is the buffer the op writes into, not read (the GCN's target-side backward
+    # writes `d N` into the array the source side wrote `d S` into). Both still count the
+    # whole array, not the part a kernel touches: the `pallas` class stays an upper bound.
+    aliased = {int(i) for i in _ALIASED.findall(rest)}
+    read = sum(reads.get(i, sizes.get(o, 0)) for i, o in enumerate(operands)
+               if i not in aliased and o not in operands[:i])
     op_name = op_names.get(name, "")
     rows.append(dict(name=name, op=op, cls=op_class(op, rest, name), read=read,
                      written=written, op_name=op_name, part=profile_summary.part_of(op_name)

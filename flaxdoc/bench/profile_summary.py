@@ -67,6 +67,7 @@ PARTS = (
     ("gcn", ("super_token", "gcn")),
     ("layer norm", ("attention_norm", "mlp_norm", "layer_norm", "layernorm")),
     ("dropout", ("dropout", "bernoulli", "threefry")),
+    ("attention", ("/etc_rich_",)),  # the fused ETC kernels: attention with Rich Attention in
     ("layout terms", ("/term_", "rich")),
     ("attention", ("attention",)),
     ("feed-forward", ("mlp", "erfc", "gelu")),
@@ -179,6 +180,8 @@ _COMPUTATION = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s*[({]")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 _CALLS = re.compile(r"(?:calls|to_apply|body)=%?([\w.\-]+)")
 _OPERAND = re.compile(r"%([\w.\-]+)")
+_PALLAS_CALL = re.compile(r"([\w.\-]+)/pallas_call")
+_DEDUPLICATED = re.compile(r"__\d+$")
 
 
 def read_hlo_text(path) -> str:
@@ -251,14 +254,29 @@ def summarise_parts(events: list[dict], op_names: dict[str, str]) -> list[dict]:
   kernels launched from a CUDA graph (cuBLAS, cuDNN under `command_buffer_*`) carry
   neither and are counted as "unattributed"; `XLA_FLAGS=--xla_gpu_enable_command_buffer=`
   turns the graphs off for a profile that names them.
+
+  A Pallas kernel is named by its `pallas_call` (`name=`; XLA adds `__1`, `__2` to a name
+  it compiles more than once) and found by the op_names that end `<name>/pallas_call`.
+  One name may serve both directions (the GCN's scores kernel computes `d a` too), and
+  the trace does not say which call a kernel is: its time goes to all the parts its
+  calls belong to, written together (`gcn / gcn (backward)`).
   """
   lookup = dict(op_names)
   lookup.update({k.replace(".", "_"): v for k, v in op_names.items()})
+  pallas: dict[str, set] = collections.defaultdict(set)
+  for op_name in op_names.values():
+    if (m := _PALLAS_CALL.search(op_name)):
+      pallas[m.group(1)].add(part_of(op_name))
   by_name, _, _ = _kernel_times(events)
   parts: dict[str, float] = collections.defaultdict(float)
   for name, (us, hlo_op) in by_name.items():
     op_name = lookup.get(name) or lookup.get(hlo_op or "")
-    parts[part_of(op_name) if op_name else "unattributed"] += us
+    if op_name:
+      parts[part_of(op_name)] += us
+    elif (kernel_parts := pallas.get(_DEDUPLICATED.sub("", name))):
+      parts[" / ".join(sorted(kernel_parts))] += us
+    else:
+      parts["unattributed"] += us
   total = sum(parts.values())
   return [dict(part=p, us=us, share=us / total if total else 0.0)
           for p, us in sorted(parts.items(), key=lambda kv: -kv[1])]

@@ -63,6 +63,24 @@ def test_counts_by_the_rules_on_a_hand_written_module():
   assert "while" not in hlo_traffic.format_summary(s)
 
 
+TWICE_AND_ALIASED = """HloModule jit_step
+
+ENTRY %main.3 (p0: bf16[8,64], p1: bf16[8,64]) -> bf16[8,64] {
+  %p0 = bf16[8,64]{1,0} parameter(0)
+  %p1 = bf16[8,64]{1,0} parameter(1)
+  ROOT %pallas_call.2 = bf16[8,64]{1,0} custom-call(%p0, %p0, %p1), custom_call_target="__gpu$xla.gpu.triton", output_to_operand_aliasing={{}: (2, {})}, metadata={op_name="jit(step)/transpose(jvp(M))/super_tokens/layer_0/gcn_saved_backward_target/pallas_call"}
+}
+"""
+
+
+def test_a_buffer_passed_twice_is_read_once_and_an_aliased_one_not_at_all():
+  """The GCN kernels take `[S | N]` as two operands, and the target-side backward writes
+  into the array the source side wrote (its last operand, aliased to its output)."""
+  (row,) = hlo_traffic.op_traffic(TWICE_AND_ALIASED)
+  assert (row["read"], row["written"]) == (8 * 64 * 2, 8 * 64 * 2)
+  assert row["cls"] == "pallas" and row["part"] == "gcn (backward)"
+
+
 def test_a_module_xla_compiled_here_parses_to_its_shapes_bytes():
   def f(x, y):
     return jnp.tanh(x[:256] * 2.0) @ y, jnp.sum(x, axis=0)

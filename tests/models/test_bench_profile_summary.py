@@ -101,7 +101,11 @@ ENTRY %main.9 (p: f32[8]) -> f32[8] {
   %p = f32[8]{0} parameter(0)
   %dot.3 = f32[8]{0} dot(%p, %p), metadata={op_name="jit(step)/jvp(FormNet)/encoder/layer_0/attention/dot_general"}
   %loop_multiply_fusion.7 = f32[8]{0} fusion(%dot.3), kind=kLoop, calls=%fused_computation.7
-  ROOT %custom-call.2 = f32[8]{0} custom-call(%p), custom_call_target="__cublas$gemm", metadata={op_name="jit(step)/jvp(FormNet)/mlm_head/dot_general"}
+  %custom-call.2 = f32[8]{0} custom-call(%p), custom_call_target="__cublas$gemm", metadata={op_name="jit(step)/jvp(FormNet)/mlm_head/dot_general"}
+  %custom-call.5 = f32[8]{0} custom-call(%p), custom_call_target="__gpu$xla.gpu.triton", metadata={op_name="jit(step)/jvp(FormNet)/super_tokens/layer_0/gcn_edge_dot/pallas_call"}
+  %custom-call.6 = f32[8]{0} custom-call(%p), custom_call_target="__gpu$xla.gpu.triton", metadata={op_name="jit(step)/transpose(jvp(FormNet))/super_tokens/layer_0/gcn_edge_dot/pallas_call"}
+  %custom-call.7 = f32[8]{0} custom-call(%p), custom_call_target="__gpu$xla.gpu.triton", metadata={op_name="jit(step)/jvp(FormNet)/encoder/layer_0/attention/attention._fused/etc_rich_forward/pallas_call"}
+  ROOT %custom-call.8 = f32[8]{0} custom-call(%p), custom_call_target="__gpu$xla.gpu.triton", metadata={op_name="jit(step)/transpose(jvp(FormNet))/super_tokens/layer_0/gcn_backward_source_writing/pallas_call"}
 }
 """
 
@@ -116,10 +120,14 @@ def test_kernel_time_by_model_part_from_the_hlo_metadata(tmp_path, capsys):
             x("loop_multiply_fusion_7", 40.0, hlo_op="command_buffer_1"),  # GPU: `.` -> `_`
             x("dot.3", 30.0),  # CPU: the instruction's own name
             x("nvjet_sm90_tst_128x256", 20.0, hlo_op="custom-call.2"),  # named by its hlo_op
-            x("nvjet_sm90_tst_64x64", 10.0, hlo_op="command_buffer_1")]  # inside a CUDA graph
+            x("nvjet_sm90_tst_64x64", 10.0, hlo_op="command_buffer_1"),  # inside a CUDA graph
+            # Pallas kernels, by their pallas_call's name (XLA's `__1` for a second copy)
+            x("gcn_backward_source_writing", 7.0, hlo_op="command_buffer_1"),
+            x("gcn_edge_dot", 5.0), x("gcn_edge_dot__1", 4.0),  # forward and backward alike
+            x("etc_rich_forward", 3.0), x("my_kernel", 1.0)]
   parts = {p["part"]: p["us"] for p in ps.summarise_parts(events, names)}
-  assert parts == {"gcn (backward)": 40.0, "attention": 30.0, "mlm head": 20.0,
-                   "unattributed": 10.0}
+  assert parts == {"gcn (backward)": 47.0, "attention": 33.0, "mlm head": 20.0,
+                   "gcn / gcn (backward)": 9.0, "unattributed": 11.0}
   assert ps.part_of("jit(step)/jvp(FormNet)/encoder/layer_2/attention/term_0/log_sigmoid") == \
       "layout terms"
   assert ps.part_of("jit(step)/transpose(jvp(FormNet))/encoder/layer_2/attention_norm/mul") == \
