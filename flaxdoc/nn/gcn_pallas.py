@@ -35,9 +35,12 @@ from the forward, but within the backward the source-tile kernel writes `d pre` 
 `[B, Lp * Kp, Hp]` array, freed with the layer's backward) and the target side sums it:
 four GELU evaluations an element instead of five.
 
-The kernels work on node arrays padded to whole tiles (`[B, Lp, Hp]`). `GCNLayer` calls
-`message_attention`, whose node products write that size and whose gradients come back
-at it, in the compute dtype; `attention_pool` takes `S` and `N` as they are and pads them.
+The kernels work on node arrays padded to whole tiles (`[B, Lp, Hp]`), `S` and `N` as the
+two halves of one `[B, Lp, 2 Hp]` array `[S | N]`, whose gradient they write as one array
+too (the source side `d S`, the target side `d N` into the same buffer). `GCNLayer` calls
+`message_attention`, whose one node product writes `[S | N]` and takes its gradient
+back, in the compute dtype; `attention_pool` takes `S` and `N` as they are, pads and
+joins them.
 
 The edge features are treated as data: they get no gradient (the XLA path would give
 them one; nothing in flaxdoc trains them). The score's constant `b2 . w` is left out:
@@ -107,11 +110,11 @@ def _pad_nodes(cfg, x):
                      (0, cfg.padded_hidden - cfg.hidden)])
 
 
-def _prepare(cfg, s, n, edges, ids, mask, we, b1, v):
-  """The kernels' operands: `s`, `n` as given (already `[B, Lp, Hp]`), the edge arrays
-  padded (nodes to whole tiles, slots to `Kp`, `F` to `Fp`) and flattened to rows
+def _prepare(cfg, sn, edges, ids, mask, we, b1, v):
+  """The kernels' operands: `sn = [S | N]` as given (already `[B, Lp, 2 Hp]`), the edge
+  arrays padded (nodes to whole tiles, slots to `Kp`, `F` to `Fp`) and flattened to rows
   `node * Kp + slot`, the vectors padded to `Hp` (`_prepare_edges`)."""
-  return dict(_prepare_edges(cfg, edges, ids, mask, we, b1, v), s=s, n=n)
+  return dict(_prepare_edges(cfg, edges, ids, mask, we, b1, v), sn=sn)
 
 
 def _prepare_edges(cfg, edges, ids, mask, we, b1, v):
@@ -137,10 +140,14 @@ def _prepare_edges(cfg, edges, ids, mask, we, b1, v):
 
 def _specs(cfg):
   bl, bh, br, fp = cfg.block_nodes, cfg.block_hidden, cfg.block_rows, cfg.padded_features
-  lp, rows = cfg.padded_nodes, cfg.rows
+  lp, rows, chunks = cfg.padded_nodes, cfg.rows, cfg.hidden_chunks
   return dict(
+      # `S` (and node arrays of width Hp: the pooled sum, its gradient) ...
       node_tile=pl.BlockSpec((None, bl, bh), lambda b, i, c: (b, i, c)),
       all_nodes=pl.BlockSpec((None, lp, bh), lambda b, i, c: (b, 0, c)),
+      # ... and `N`, the second half of `[S | N]` (and of its gradient)
+      neighbour_tile=pl.BlockSpec((None, bl, bh), lambda b, i, c: (b, i, c + chunks)),
+      all_neighbours=pl.BlockSpec((None, lp, bh), lambda b, i, c: (b, 0, c + chunks)),
       edge_tile=pl.BlockSpec((None, br), lambda b, i, c: (b, i)),
       all_edges=pl.BlockSpec((None, rows), lambda b, i, c: (b, 0)),
       edge_feature_tile=pl.BlockSpec((None, br, fp), lambda b, i, c: (b, i, 0)),
@@ -154,9 +161,9 @@ def _specs(cfg):
   )
 
 
-def _call(cfg, batch, kernel, in_specs, out_specs, out_shape, name):
+def _call(cfg, batch, kernel, in_specs, out_specs, out_shape, name, input_output_aliases=None):
   """One `pallas_call` over the grid (batch, node tiles, hidden chunks)."""
-  kwargs = {}
+  kwargs = {"input_output_aliases": input_output_aliases} if input_output_aliases else {}
   if not cfg.interpret:
     from jax.experimental.pallas import triton as plgpu  # pylint: disable=import-outside-toplevel
     kwargs["compiler_params"] = plgpu.CompilerParams(num_warps=cfg.warps, num_stages=2)
@@ -167,13 +174,13 @@ def _call(cfg, batch, kernel, in_specs, out_specs, out_shape, name):
 
 def _edge_dot(cfg, x, u, per_node_u):
   """`sum_h x[e, h] u[h]` for every edge row: `[B, rows]` (float32)."""
-  batch, sp = x["s"].shape[0], _specs(cfg)
+  batch, sp = x["sn"].shape[0], _specs(cfg)
   out = _call(cfg, batch, functools.partial(kernels.edge_dot_kernel, cfg, per_node_u),
-              [sp["node_tile"], sp["all_nodes"], sp["edge_tile"], sp["edge_feature_tile"],
+              [sp["node_tile"], sp["all_neighbours"], sp["edge_tile"], sp["edge_feature_tile"],
                sp["we"], sp["node_tile"] if per_node_u else sp["chunk"]],
               sp["chunk_sums"],
               jax.ShapeDtypeStruct((batch, cfg.hidden_chunks, cfg.rows), F32),
-              "gcn_edge_dot")(x["s"], x["n"], x["tgt"], x["e"], x["we"], u)
+              "gcn_edge_dot")(x["sn"], x["sn"], x["tgt"], x["e"], x["we"], u)
   return out.sum(axis=1)
 
 
@@ -187,13 +194,13 @@ def _softmax(cfg, scores, mask):
 
 
 def _pool(cfg, x, a, out_dtype):
-  batch, sp = x["s"].shape[0], _specs(cfg)
+  batch, sp = x["sn"].shape[0], _specs(cfg)
   return _call(cfg, batch, functools.partial(kernels.pool_kernel, cfg),
-               [sp["node_tile"], sp["all_nodes"], sp["edge_tile"], sp["edge_feature_tile"],
+               [sp["node_tile"], sp["all_neighbours"], sp["edge_tile"], sp["edge_feature_tile"],
                 sp["we"], sp["edge_tile"]],
                sp["node_tile"],
                jax.ShapeDtypeStruct((batch, cfg.padded_nodes, cfg.padded_hidden), out_dtype),
-               "gcn_pool")(x["s"], x["n"], x["tgt"], x["e"], x["we"], a)
+               "gcn_pool")(x["sn"], x["sn"], x["tgt"], x["e"], x["we"], a)
 
 
 def _source_out_specs(cfg):
@@ -205,10 +212,11 @@ def _source_out_specs(cfg):
 
 
 def _source_out_shapes(cfg, batch, dtype):
-  """`d S` in the inputs' dtype (rounded once, in the kernel, from float32 sums); the
-  partial sums in float32."""
+  """`d [S | N]` with `d S` written (in the inputs' dtype, rounded once, in the kernel,
+  from float32 sums) and `d N` left for the target side (`_writing_d_n`); the partial
+  sums in float32."""
   nt, fp, hp = cfg.node_tiles, cfg.padded_features, cfg.padded_hidden
-  return [jax.ShapeDtypeStruct((batch, cfg.padded_nodes, hp), dtype),
+  return [jax.ShapeDtypeStruct((batch, cfg.padded_nodes, 2 * hp), dtype),
           jax.ShapeDtypeStruct((batch, nt, hp), F32),
           jax.ShapeDtypeStruct((batch, nt, fp, hp), F32)]
 
@@ -216,15 +224,15 @@ def _source_out_shapes(cfg, batch, dtype):
 def _source_grads(cfg, x, a, ds, dp):
   """`(d S, d v partials, d [We; b1] partials)`, and `d pre` `[B, rows, Hp]` with
   `cfg.write_d_pre`."""
-  batch, sp = x["s"].shape[0], _specs(cfg)
-  d_pre = [jax.ShapeDtypeStruct((batch, cfg.rows, cfg.padded_hidden), x["s"].dtype)]
+  batch, sp, dtype = x["sn"].shape[0], _specs(cfg), x["sn"].dtype
+  d_pre = [jax.ShapeDtypeStruct((batch, cfg.rows, cfg.padded_hidden), dtype)]
   return _call(cfg, batch, functools.partial(kernels.source_grad_kernel, cfg),
-               [sp["node_tile"], sp["all_nodes"], sp["edge_tile"], sp["edge_feature_tile"],
+               [sp["node_tile"], sp["all_neighbours"], sp["edge_tile"], sp["edge_feature_tile"],
                 sp["we"], sp["chunk"], sp["edge_tile"], sp["edge_tile"], sp["node_tile"]],
                _source_out_specs(cfg) + [sp["edge_rows"]] * cfg.write_d_pre,
-               _source_out_shapes(cfg, batch, x["s"].dtype) + d_pre * cfg.write_d_pre,
+               _source_out_shapes(cfg, batch, dtype) + d_pre * cfg.write_d_pre,
                "gcn_backward_source_writing" if cfg.write_d_pre else "gcn_backward_source")(
-                   x["s"], x["n"], x["tgt"], x["e"], x["we"], x["v"], a, ds, dp)
+                   x["sn"], x["sn"], x["tgt"], x["e"], x["we"], x["v"], a, ds, dp)
 
 
 def _by_target(cfg, x):
@@ -244,34 +252,43 @@ def _by_target_specs(cfg):
           pl.BlockSpec((None, cfg.rows + cfg.block_edges), lambda b, i, c: (b, 0))]
 
 
-def _target_grads(cfg, x, a, ds, dp):
-  """`d N` by target tile, from the row's edges sorted by target (see the kernel)."""
-  batch, sp = x["s"].shape[0], _specs(cfg)
+def _writing_d_n(kernel):
+  """A target-side kernel that takes `d [S | N]` as its last input, aliased to its output,
+  and writes only the `d N` half (`neighbour_tile`): `d S`, which the source side wrote,
+  stays. So `d [S | N]` comes out as one array, the gradient of the one product
+  `h @ [Ws | Wn]` (`message_attention`), and neither half is copied into it."""
+  return lambda *refs: kernel(*refs[:-2], refs[-1])
+
+
+def _target_grads(cfg, x, a, ds, dp, d_sn):
+  """`d [S | N]` with `d N` written by target tile, from the row's edges sorted by target
+  (see the kernel)."""
+  batch, sp = x["sn"].shape[0], _specs(cfg)
   bounds, order = _by_target(cfg, x)
-  return _call(cfg, batch, functools.partial(kernels.target_grad_kernel, cfg),
+  inputs = (bounds, order, x["sn"], x["sn"], x["tgt"], x["e"], x["we"], x["v"], a, ds, dp, d_sn)
+  return _call(cfg, batch, _writing_d_n(functools.partial(kernels.target_grad_kernel, cfg)),
                _by_target_specs(cfg) + [
-                   sp["all_nodes"], sp["all_nodes"], sp["all_edges"], sp["all_edge_features"],
-                   sp["we"], sp["chunk"], sp["all_edges"], sp["all_edges"], sp["all_nodes"]],
-               sp["node_tile"],
-               jax.ShapeDtypeStruct((batch, cfg.padded_nodes, cfg.padded_hidden), x["s"].dtype),
-               "gcn_backward_target")(bounds, order, x["s"], x["n"], x["tgt"], x["e"],
-                                      x["we"], x["v"], a, ds, dp)
+                   sp["all_nodes"], sp["all_neighbours"], sp["all_edges"],
+                   sp["all_edge_features"], sp["we"], sp["chunk"], sp["all_edges"],
+                   sp["all_edges"], sp["all_nodes"], sp["neighbour_tile"]],
+               sp["neighbour_tile"], jax.ShapeDtypeStruct(d_sn.shape, d_sn.dtype),
+               "gcn_backward_target", {len(inputs) - 1: 0})(*inputs)
 
 
 # --------------------------------------------------------------------------- saved activations
 def _saving_scores(cfg, x):
   """The forward scores `[B, rows]` (float32), and every edge row's `x` and GELU slope
   `[B, rows, Hp]` in the inputs' dtype."""
-  batch, sp = x["s"].shape[0], _specs(cfg)
-  saved = jax.ShapeDtypeStruct((batch, cfg.rows, cfg.padded_hidden), x["s"].dtype)
+  batch, sp = x["sn"].shape[0], _specs(cfg)
+  saved = jax.ShapeDtypeStruct((batch, cfg.rows, cfg.padded_hidden), x["sn"].dtype)
   scores, hidden, slope = _call(
       cfg, batch, functools.partial(kernels.saving_scores_kernel, cfg),
-      [sp["node_tile"], sp["all_nodes"], sp["edge_tile"], sp["edge_feature_tile"], sp["we"],
+      [sp["node_tile"], sp["all_neighbours"], sp["edge_tile"], sp["edge_feature_tile"], sp["we"],
        sp["chunk"]],
       [sp["chunk_sums"],
        sp["edge_rows"], sp["edge_rows"]],
       [jax.ShapeDtypeStruct((batch, cfg.hidden_chunks, cfg.rows), F32), saved, saved],
-      "gcn_saving_scores")(x["s"], x["n"], x["tgt"], x["e"], x["we"], x["v"])
+      "gcn_saving_scores")(x["sn"], x["sn"], x["tgt"], x["e"], x["we"], x["v"])
   return scores.sum(axis=1), hidden, slope
 
 
@@ -305,23 +322,27 @@ def _saved_source_grads(cfg, x, hidden, slope, a, ds, dp):
                "gcn_saved_backward_source")(hidden, slope, x["e"], x["v"], a, ds, dp)
 
 
-def _saved_target_grads(cfg, x, d_pre):
+def _saved_target_grads(cfg, x, d_pre, d_sn):
+  """`d [S | N]` with `d N` written, summing the written `d pre` rows (`_writing_d_n`)."""
   batch, sp = d_pre.shape[0], _specs(cfg)
   bounds, order = _by_target(cfg, x)
-  return _call(cfg, batch, functools.partial(kernels.saved_target_grad_kernel, cfg),
-               _by_target_specs(cfg) + [sp["all_edges"], sp["all_edge_rows"]],
-               sp["node_tile"],
-               jax.ShapeDtypeStruct((batch, cfg.padded_nodes, cfg.padded_hidden), d_pre.dtype),
-               "gcn_saved_backward_target")(bounds, order, x["tgt"], d_pre)
+  inputs = (bounds, order, x["tgt"], d_pre, d_sn)
+  return _call(cfg, batch,
+               _writing_d_n(functools.partial(kernels.saved_target_grad_kernel, cfg)),
+               _by_target_specs(cfg) + [sp["all_edges"], sp["all_edge_rows"],
+                                        sp["neighbour_tile"]],
+               sp["neighbour_tile"], jax.ShapeDtypeStruct(d_sn.shape, d_sn.dtype),
+               "gcn_saved_backward_target", {len(inputs) - 1: 0})(*inputs)
 
 
 # --------------------------------------------------------------------------- custom VJP
-# On the kernels' layout: `s`, `n` and the pooled output are `[B, Lp, Hp]` (zeros in the
-# padding), so neither direction pads or crops a `[B, L, H]` array around the kernels.
+# On the kernels' layout: `sn = [S | N]` is `[B, Lp, 2 Hp]`, the pooled output `[B, Lp, Hp]`
+# (zeros in the padding), so neither direction pads, crops, slices or concatenates a
+# `[B, L, H]` array around the kernels.
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _attention_pool(cfg, s, n, edges, ids, mask, we, b1, v):
+def _attention_pool(cfg, sn, edges, ids, mask, we, b1, v):
   # Not differentiated (inference): nothing needs saving, whatever `cfg.save_activations`.
-  return _recomputing_forward(cfg, _prepare(cfg, s, n, edges, ids, mask, we, b1, v), s.dtype)[0]
+  return _recomputing_forward(cfg, _prepare(cfg, sn, edges, ids, mask, we, b1, v), sn.dtype)[0]
 
 
 def _recomputing_forward(cfg, x, out_dtype):
@@ -337,16 +358,16 @@ def _weights(cfg, a):
   return a.reshape(batch, cfg.padded_nodes, cfg.padded_slots)[:, :cfg.nodes, :cfg.slots]
 
 
-def _attention_pool_fwd(cfg, s, n, edges, ids, mask, we, b1, v):
-  x = _prepare(cfg, s, n, edges, ids, mask, we, b1, v)
+def _attention_pool_fwd(cfg, sn, edges, ids, mask, we, b1, v):
+  x = _prepare(cfg, sn, edges, ids, mask, we, b1, v)
   if not cfg.save_activations:
-    out, a = _recomputing_forward(cfg, x, s.dtype)
-    return out, (s, n, edges, ids, mask, we, b1, v, a)
+    out, a = _recomputing_forward(cfg, x, sn.dtype)
+    return out, (sn, edges, ids, mask, we, b1, v, a)
   scores, hidden, slope = _saving_scores(cfg, x)
   a = _softmax(cfg, scores, x["mask"])
-  # `s` and `n` are not needed again (`hidden` has their dtype).
+  # `sn` is not needed again (`hidden` has its dtype).
   res = (edges, ids, mask, we, b1, v, a, hidden, slope)
-  return (_saved_pool(cfg, hidden, a, s.dtype), _weights(cfg, a)), res
+  return (_saved_pool(cfg, hidden, a, sn.dtype), _weights(cfg, a)), res
 
 
 def _attention_pool_bwd(cfg, res, grads):
@@ -359,8 +380,8 @@ def _attention_pool_bwd(cfg, res, grads):
     edges, ids, mask, we, b1, v, a, hidden, slope = res
     x = _prepare_edges(cfg, edges, ids, mask, we, b1, v)
   else:
-    s, n, edges, ids, mask, we, b1, v, a = res
-    x = _prepare(cfg, s, n, edges, ids, mask, we, b1, v)
+    sn, edges, ids, mask, we, b1, v, a = res
+    x = _prepare(cfg, sn, edges, ids, mask, we, b1, v)
   batch, lp, kp = a.shape[0], cfg.padded_nodes, cfg.padded_slots
   d_a = _saved_edge_dot(cfg, hidden, dp) if cfg.save_activations else _edge_dot(
       cfg, x, dp, per_node_u=True)
@@ -369,18 +390,19 @@ def _attention_pool_bwd(cfg, res, grads):
   # Softmax backward per node: ds = a (da - sum_k a da); zero where a is (masked slots).
   a3, d_a3 = a.reshape(batch, lp, kp), d_a.reshape(batch, lp, kp)
   ds = (a3 * (d_a3 - jnp.sum(a3 * d_a3, axis=-1, keepdims=True))).reshape(batch, cfg.rows)
+  # The source side writes `d S` into `d [S | N]`, the target side `d N` into the same array.
   if cfg.save_activations:
-    d_s, d_v, d_we, d_pre = _saved_source_grads(cfg, x, hidden, slope, a, ds, dp)
-    d_n = _saved_target_grads(cfg, x, d_pre)
+    d_sn, d_v, d_we, d_pre = _saved_source_grads(cfg, x, hidden, slope, a, ds, dp)
+    d_sn = _saved_target_grads(cfg, x, d_pre, d_sn)
   elif cfg.write_d_pre:
-    d_s, d_v, d_we, d_pre = _source_grads(cfg, x, a, ds, dp)
-    d_n = _saved_target_grads(cfg, x, d_pre)
+    d_sn, d_v, d_we, d_pre = _source_grads(cfg, x, a, ds, dp)
+    d_sn = _saved_target_grads(cfg, x, d_pre, d_sn)
   else:
-    d_s, d_v, d_we = _source_grads(cfg, x, a, ds, dp)
-    d_n = _target_grads(cfg, x, a, ds, dp)
+    d_sn, d_v, d_we = _source_grads(cfg, x, a, ds, dp)
+    d_sn = _target_grads(cfg, x, a, ds, dp, d_sn)
   feats, hidden_width = cfg.features, cfg.hidden
   d_we = d_we.sum(axis=(0, 1))  # [Fp, Hp]: d We, then d b1 in row F (the ones' column)
-  return (d_s, d_n, None, None, None, d_we[:feats, :hidden_width].astype(we.dtype),
+  return (d_sn, None, None, None, d_we[:feats, :hidden_width].astype(we.dtype),
           d_we[feats, :hidden_width].astype(b1.dtype),
           d_v.sum(axis=(0, 1))[:hidden_width].astype(v.dtype))
 
@@ -439,9 +461,10 @@ def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
   cfg = _config("attention_pool", from_self, edge_features, neighbor_ids, neighbor_mask,
                 edge_kernel, bias, score_vector, tiles, save_activations, write_d_pre,
                 interpret)
-  return _run(cfg, _pad_nodes(cfg, from_self),
-              _pad_nodes(cfg, from_neighbor.astype(from_self.dtype)), edge_features,
-              neighbor_ids, neighbor_mask, edge_kernel, bias, score_vector)
+  sn = jnp.concatenate([_pad_nodes(cfg, from_self),
+                        _pad_nodes(cfg, from_neighbor.astype(from_self.dtype))], axis=-1)
+  return _run(cfg, sn, edge_features, neighbor_ids, neighbor_mask, edge_kernel, bias,
+              score_vector)
 
 
 def message_attention(h: Array, self_kernel: Array, neighbor_kernel: Array,
@@ -453,12 +476,13 @@ def message_attention(h: Array, self_kernel: Array, neighbor_kernel: Array,
   """`attention_pool(h @ self_kernel, h @ neighbor_kernel, ...)`, as `GCNLayer` runs it.
 
   The kernels work on `[B, Lp, Hp]` node arrays (`L` and `H` padded to whole tiles).
-  Here the two products write them at that size (the kernels' columns padded with zeros,
-  `h`'s rows when `L` is not a whole number of tiles), and the kernels' gradients come
-  back at it, in `h`'s dtype: no `[B, L, H]` array is padded, cropped or converted around
-  the kernels, forward or backward (with FormNet-A2's `H = 1,547` such a pass moves
-  100-200 MB a layer at 16 x 1,024 tokens in bfloat16). The pooled output is cropped
-  once, where the layer's dropout and output product read it.
+  Here one product `h @ [Ws | Wn]` writes both, `[S | N]`, at that size (the kernels'
+  columns padded with zeros, `h`'s rows when `L` is not a whole number of tiles), and
+  the kernels' gradient `d [S | N]` comes back at it, in `h`'s dtype: no `[B, L, H]`
+  array is padded, cropped, converted, sliced or concatenated around the kernels,
+  forward or backward (with FormNet-A2's `H = 1,547` such a pass moves 100-200 MB a
+  layer at 16 x 1,024 tokens in bfloat16). The pooled output is cropped once, where the
+  layer's dropout and output product read it.
 
   Args:
     h: `[B, L, E]` node states (bfloat16 or float32; the products run in its dtype).
@@ -483,20 +507,26 @@ def message_attention(h: Array, self_kernel: Array, neighbor_kernel: Array,
                 interpret)
   h = jnp.pad(h, [(0, 0), (0, cfg.padded_nodes - nodes), (0, 0)])
   columns = [(0, 0), (0, cfg.padded_hidden - cfg.hidden)]
-  s = h @ jnp.pad(self_kernel.astype(h.dtype), columns)  # [B, Lp, Hp]
-  n = h @ jnp.pad(neighbor_kernel.astype(h.dtype), columns)
-  return _run(cfg, s, n, edge_features, neighbor_ids, neighbor_mask, edge_kernel, bias,
+  # One product for both parts: the kernels read `S` and `N` as the two halves of its
+  # output, and their gradients come back as one array, so no slice splits the output
+  # and no concatenation joins the gradients (XLA merges two products of `h` into one
+  # anyway, then copies the halves out: 0.2 GB a layer at 16 x 1,024 on an H100, with
+  # the gradients' concatenation about as much again).
+  sn = h @ jnp.concatenate([jnp.pad(self_kernel.astype(h.dtype), columns),
+                            jnp.pad(neighbor_kernel.astype(h.dtype), columns)], axis=1)
+  return _run(cfg, sn, edge_features, neighbor_ids, neighbor_mask, edge_kernel, bias,
               score_vector)
 
 
-def _run(cfg, s, n, edge_features, neighbor_ids, neighbor_mask, edge_kernel, bias, score_vector):
-  """The fused kernels on padded node parts `[B, Lp, Hp]`; the pooled output cropped."""
-  args = (s, n, jax.lax.stop_gradient(jnp.asarray(edge_features, F32)),
+def _run(cfg, sn, edge_features, neighbor_ids, neighbor_mask, edge_kernel, bias, score_vector):
+  """The fused kernels on the padded node parts `[S | N]` (`[B, Lp, 2 Hp]`); the pooled
+  output cropped."""
+  args = (sn, jax.lax.stop_gradient(jnp.asarray(edge_features, F32)),
           jnp.asarray(neighbor_ids, jnp.int32), jnp.asarray(neighbor_mask, bool),
           jnp.asarray(edge_kernel, F32), jnp.asarray(bias, F32), jnp.asarray(score_vector, F32))
   # Per example: each device runs its own rows when the mesh splits the batch.
   pooled, weights = batch_parallel.over_batch(lambda _, *x: _attention_pool(cfg, *x), args,
-                                              (True,) * 5 + (False,) * 3)
+                                              (True,) * 4 + (False,) * 3)
   return pooled[:, :cfg.nodes, :cfg.hidden], weights
 
 

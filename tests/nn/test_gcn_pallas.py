@@ -402,7 +402,9 @@ def test_no_node_array_is_padded_cropped_or_converted_around_the_kernels(kernel)
   the pooled output's crop and, in the backward, its transpose (a pad) and the pooled
   gradient's widening to float32 (elementwise on the pad: one pass). The node parts come
   out of their products at the padded size, and the kernels write `d S` and `d N` in
-  bfloat16 at that size, so nothing pads `s` / `n` or converts and crops the gradients."""
+  bfloat16 at that size, so nothing pads `s` / `n` or converts and crops the gradients.
+  Both parts are one product's output `[S | N]` and their gradients one array, so nothing
+  slices the one or concatenates the other either."""
   b, nodes, k, width, f = 2, 64, 8, 16, 11
   hidden = 2 * width + f
   h = jnp.zeros((b, nodes, width), jnp.bfloat16)
@@ -419,7 +421,9 @@ def test_no_node_array_is_padded_cropped_or_converted_around_the_kernels(kernel)
   with pallas_backend.lowering_for_gpu():  # the kernels' Triton form, not the interpreter
     text = jax.jit(jax.grad(loss, argnums=(0, 1))).trace(params, h).lower(
         lowering_platforms=("cuda",)).as_text()
-  node_array = re.compile(rf"tensor<{b}x{nodes}x(?:{hidden}|64)x(?:bf16|f32)>")
+  # [B, L, H], [B, Lp, Hp] and [B, Lp, 2 Hp] (`[S | N]` and its gradient: one product's
+  # output and the kernels' one gradient, never sliced or concatenated)
+  node_array = re.compile(rf"tensor<{b}x{nodes}x(?:{hidden}|64|128)x(?:bf16|f32)>")
   passes = [m.group(1) for line in text.splitlines()
             if (m := re.search(r"= stablehlo\.(pad|slice|convert|concatenate)\b", line))
             and node_array.search(line)]
