@@ -372,10 +372,16 @@ def _attention_pool_fwd(cfg, sn, edges, ids, mask, we, b1, v):
 
 def _attention_pool_bwd(cfg, res, grads):
   d_pooled, d_weights = grads
-  # The kernels take `dp` in float32: widening a gathered bfloat16 row costs the target-side
-  # kernel ~4 integer instructions an edge element (`bench.kernel_sass`), while here the
-  # conversion joins the pass XLA makes anyway (the crop's transpose, a pad, with dropout's).
-  dp = d_pooled.astype(F32)  # [B, Lp, Hp]
+  # The recomputing target-side kernel gathers `dp` rows by source node, and widening a
+  # gathered bfloat16 row costs it ~4 integer instructions an edge element
+  # (`bench.kernel_sass`), so for it `dp` is widened here, in the pass XLA makes anyway (the
+  # crop's transpose, a pad, with dropout's). With `write_d_pre` or `save_activations`
+  # no kernel gathers `dp`: they widen a node tile's rows once, before repeating them for
+  # the edges, and `dp` stays in the inputs' dtype: the same values, and that pass writes
+  # (and the two kernels read) half the bytes, ~0.15 GB a layer at 16 x 1,024 on an H100,
+  # where the float32 array was a 2.2 GB `convert` a step in the module the card ran.
+  gathers_dp = not (cfg.save_activations or cfg.write_d_pre)
+  dp = d_pooled.astype(F32) if gathers_dp else d_pooled  # [B, Lp, Hp]
   if cfg.save_activations:
     edges, ids, mask, we, b1, v, a, hidden, slope = res
     x = _prepare_edges(cfg, edges, ids, mask, we, b1, v)
