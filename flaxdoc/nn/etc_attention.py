@@ -492,15 +492,15 @@ class EtcAttention(nn.Module):
       seed = jax.random.bits(rng_long, (1,), jnp.uint32).astype(jnp.int32)
     long_doc = None if doc is None else doc[:, g:]
     global_doc = None if doc is None else doc[:, :g]
-    out_long = etc_pallas.long_query_attention(
-        q[:, g:], k[:, g:], v[:, g:], k[:, :g], v[:, :g], mask[:, g:], mask[:, :g],
-        local_radius=self.local_radius, long_document_ids=long_doc,
-        global_document_ids=global_doc, rich=rich,
-        dropout_rate=self.dropout_rate if seed is not None else 0.0, dropout_seed=seed,
-        tiles=self.tiles)
     out_global = global_query_attention(
         q[:, :g], k[:, :g], v[:, :g], k[:, g:], v[:, g:], mask[:, g:], mask[:, :g],
         long_document_ids=long_doc, global_document_ids=global_doc,
         dropout_rate=self.dropout_rate, dropout_rng=rng_global,
         deterministic=dropout_rng is None, precision=self.precision)
-    return jnp.concatenate([out_global, out_long], axis=1)  # [B, G+N, H, D]
+    # The kernel writes the long rows after the global ones: no concatenation.
+    return etc_pallas.long_query_attention(
+        q[:, g:], k[:, g:], v[:, g:], k[:, :g], v[:, :g], mask[:, g:], mask[:, :g],
+        local_radius=self.local_radius, long_document_ids=long_doc,
+        global_document_ids=global_doc, rich=rich,
+        dropout_rate=self.dropout_rate if seed is not None else 0.0, dropout_seed=seed,
+        global_rows=out_global.astype(v.dtype), tiles=self.tiles)  # [B, G+N, H, D]

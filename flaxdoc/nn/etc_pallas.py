@@ -112,14 +112,34 @@ def _specs(cfg, head_dim, tiled_q: bool):
   )
 
 
-def _call(cfg, kernel, grid, in_specs, out_specs, out_shape, name):
-  kwargs = {}
+def _call(cfg, kernel, grid, in_specs, out_specs, out_shape, name, input_output_aliases=None):
+  kwargs = {"input_output_aliases": input_output_aliases} if input_output_aliases else {}
   if not cfg.interpret:
     from jax.experimental.pallas import triton as plgpu  # pylint: disable=import-outside-toplevel
     kwargs["compiler_params"] = plgpu.CompilerParams(num_warps=cfg.warps, num_stages=2)
   return pl.pallas_call(functools.partial(kernel, cfg), grid=grid, in_specs=in_specs,
                         out_specs=out_specs, out_shape=out_shape, interpret=cfg.interpret,
                         name=name, **kwargs)
+
+
+def _rows_at(cfg, head_dim, offset, tiled_q: bool):
+  """A BlockSpec for `[B, offset + Nq, H, D]` arrays whose long rows start at row `offset`
+  (the context with the global rows first, and its gradient): one query tile a program,
+  or all of them. Element-indexed, since `offset` (ETC's `G`, 1 for FormNet) is not a
+  multiple of a tile."""
+  if tiled_q:
+    return pl.BlockSpec((None, pl.Element(cfg.block_q), None, head_dim),
+                        lambda b, h, i: (b, offset + i * cfg.block_q, h, 0))
+  return pl.BlockSpec((None, pl.Element(cfg.padded_q), None, head_dim),
+                      lambda b, h, i: (b, offset, h, 0))
+
+
+def _with_unread_input(kernel, outputs: int):
+  """`kernel` given one more input, after its others, that it does not read: the buffer its
+  first output is aliased to (so the rows it does not write keep their values)."""
+  def wrapped(cfg, *refs):
+    return kernel(cfg, *refs[:-outputs - 1], *refs[-outputs:])
+  return wrapped
 
 
 def _pad_right(x, axis, extra, value=0):
@@ -164,27 +184,39 @@ def _prepare(cfg, q, k, v, kg, vg, oq, ok, dq, dk, theta, coords, long_doc, glob
 
 
 # --------------------------------------------------------------------------- the kernel calls
-def _forward(cfg, seed, x):
+def _forward(cfg, seed, x, context=None):
+  """`(o, lse)`: `o` `[B, Nq, H, D]`, or, given `context` (`[B, G + Nq, H, D]`, the global
+  rows first), that array with the long rows written after them, in place."""
   batch, _, heads, head_dim = x["q"].shape
   sp = _specs(cfg, head_dim, tiled_q=True)
   in_specs = [sp["seed"], sp["q"], sp["k"], sp["k"], sp["g"], sp["g"], sp["qdoc"], sp["kdoc"],
               sp["gdoc"], sp["q_axes"], sp["k_axes"], sp["q_axes"], sp["k_axes"], sp["q_coord"],
               sp["k_coord"], sp["theta"]]
-  out_shape = [jax.ShapeDtypeStruct(x["q"].shape, x["v"].dtype),
-               jax.ShapeDtypeStruct((batch, heads, cfg.padded_q), F32)]
-  o, lse = _call(cfg, kernels.forward_kernel, (batch, heads, cfg.q_tiles), in_specs,
-                 [sp["q"], sp["q_vec"]], out_shape, "etc_rich_forward")(
-                     seed, x["q"], x["k"], x["v"], x["kg"], x["vg"], x["qdoc"], x["kdoc"],
-                     x["gdoc"], x["oq"], x["ok"], x["dq"], x["dk"], x["cq"], x["ck"],
-                     x["theta"])
-  return o, lse
+  inputs = (seed, x["q"], x["k"], x["v"], x["kg"], x["vg"], x["qdoc"], x["kdoc"], x["gdoc"],
+            x["oq"], x["ok"], x["dq"], x["dk"], x["cq"], x["ck"], x["theta"])
+  lse_shape = jax.ShapeDtypeStruct((batch, heads, cfg.padded_q), F32)
+  if context is None:
+    return _call(cfg, kernels.forward_kernel, (batch, heads, cfg.q_tiles), in_specs,
+                 [sp["q"], sp["q_vec"]],
+                 [jax.ShapeDtypeStruct(x["q"].shape, x["v"].dtype), lse_shape],
+                 "etc_rich_forward")(*inputs)
+  rows = _rows_at(cfg, head_dim, cfg.num_globals, tiled_q=True)
+  return _call(cfg, _with_unread_input(kernels.forward_kernel, 2),
+               (batch, heads, cfg.q_tiles), in_specs + [rows], [rows, sp["q_vec"]],
+               [jax.ShapeDtypeStruct(context.shape, context.dtype), lse_shape],
+               "etc_rich_forward", {len(inputs): 0})(*inputs, context)
 
 
-def _backward(cfg, seed, x, o, lse, do):
+def _backward(cfg, seed, x, o, lse, do, offset=0):
+  """The gradients. `o` and `do` hold the long rows from row `offset` on (`[B, offset + N,
+  H, D]`: with the global rows first, the kernels read `do`'s long rows where they are)."""
   batch, _, heads, head_dim = x["q"].shape
   nq, lk, ap, nqt = cfg.padded_q, cfg.padded_k, cfg.padded_a, cfg.q_tiles
-  do = _pad_right(do, 1, nq - cfg.length)
-  delta = jnp.swapaxes(jnp.sum(do.astype(F32) * o.astype(F32), axis=-1), 1, 2)  # [B, H, Nq]
+  n = cfg.length
+  delta = jnp.swapaxes(jnp.sum(do[:, offset:offset + n].astype(F32)
+                               * o[:, offset:offset + n].astype(F32), axis=-1), 1, 2)
+  delta = _pad_right(delta, 2, nq - n)  # [B, H, Nq]
+  do = _pad_right(do, 1, offset + nq - do.shape[1])
 
   sp = _specs(cfg, head_dim, tiled_q=True)
   sg = cfg.stored_g
@@ -193,7 +225,8 @@ def _backward(cfg, seed, x, o, lse, do):
       cfg, kernels.dq_kernel, (batch, heads, nqt),
       [sp["seed"], sp["q"], sp["k"], sp["k"], sp["g"], sp["g"], sp["qdoc"], sp["kdoc"],
        sp["gdoc"], sp["q_axes"], sp["k_axes"], sp["q_axes"], sp["k_axes"], sp["q_coord"],
-       sp["k_coord"], sp["theta"], sp["q"], sp["q_vec"], sp["q_vec"]],
+       sp["k_coord"], sp["theta"], _rows_at(cfg, head_dim, offset, tiled_q=True), sp["q_vec"],
+       sp["q_vec"]],
       [sp["q"], sp["q_axes"], sp["q_axes"], sp["q_axes"], tile_parts, tile_parts],
       # dq, dk and dv leave the kernels in the inputs' dtype: the caller rounds them to it
       # anyway (elementwise, so the same values), and bf16 halves their writes.
@@ -213,8 +246,8 @@ def _backward(cfg, seed, x, o, lse, do):
       [full["seed"], full["q"], k_tile, k_tile, full["qdoc"],
        pl.BlockSpec((None, bk), lambda b, h, j: (b, j)), full["q_axes"], k_axes,
        full["q_axes"], k_axes, full["q_coord"],
-       pl.BlockSpec((None, ap, bk), lambda b, h, j: (b, 0, j)), full["theta"], full["q"],
-       full["q_vec"], full["q_vec"]],
+       pl.BlockSpec((None, ap, bk), lambda b, h, j: (b, 0, j)), full["theta"],
+       _rows_at(cfg, head_dim, offset, tiled_q=False), full["q_vec"], full["q_vec"]],
       [k_tile, k_tile, k_axes, k_axes],
       [jax.ShapeDtypeStruct((batch, lk, heads, head_dim), x["k"].dtype),
        jax.ShapeDtypeStruct((batch, lk, heads, head_dim), x["v"].dtype)]
@@ -227,28 +260,38 @@ def _backward(cfg, seed, x, o, lse, do):
 
 
 # --------------------------------------------------------------------------- public function
+# `global_rows` `[B, G', H, D]` with `G'` 0 or `G`: with `G` the output is the context with
+# those rows first (`[B, G + N, H, D]`), the kernel writing the long rows after them in place
+# and the backward reading their gradient there, so neither direction concatenates or
+# splits a `[B, N, H, D]` array (a 2% fusion of the H100 step, session 13's profile).
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _attend(cfg, *args):
   return _attend_fwd(cfg, *args)[0]
 
 
 def _attend_fwd(cfg, seed, q, k, v, kg, vg, oq, ok, dq, dk, theta, coords, long_doc,
-                global_doc):
+                global_doc, global_rows):
   x = _prepare(cfg, q, k, v, kg, vg, oq, ok, dq, dk, theta, coords, long_doc, global_doc)
-  o, lse = _forward(cfg, seed, x)
-  res = (seed, q, k, v, kg, vg, oq, ok, dq, dk, theta, coords, long_doc, global_doc, o, lse)
-  return o[:, :cfg.length], res
+  offset = global_rows.shape[1]
+  if offset:
+    context = _pad_right(global_rows.astype(v.dtype), 1, cfg.padded_q)  # [B, G + Nq, H, D]
+    o, lse = _forward(cfg, seed, x, context)
+  else:
+    o, lse = _forward(cfg, seed, x)
+  res = (seed, q, k, v, kg, vg, oq, ok, dq, dk, theta, coords, long_doc, global_doc, o, lse,
+         global_rows)
+  return o[:, :offset + cfg.length], res
 
 
 def _attend_bwd(cfg, res, do):
-  seed, q, k, v, kg, vg, oq, ok, dq, dk, theta, coords, long_doc, global_doc, o, lse = res
+  (seed, q, k, v, kg, vg, oq, ok, dq, dk, theta, coords, long_doc, global_doc, o, lse,
+   global_rows) = res
+  offset, n = global_rows.shape[1], cfg.length
   cfg = cfg.backward()  # its own tiles: the padded layout may differ from the forward's
   x = _prepare(cfg, q, k, v, kg, vg, oq, ok, dq, dk, theta, coords, long_doc, global_doc)
-  extra = cfg.padded_q - cfg.length
-  o = _pad_right(o[:, :cfg.length], 1, extra)
-  lse = _pad_right(lse[..., :cfg.length], 2, extra)
-  g = _backward(cfg, seed, x, o, lse, do)
-  n, a = cfg.length, cfg.num_axes
+  lse = _pad_right(lse[..., :n], 2, cfg.padded_q - n)
+  g = _backward(cfg, seed, x, o, lse, do, offset)
+  a = cfg.num_axes
 
   def keys(y):  # padded keys -> the N long keys
     return y[:, :n]
@@ -269,7 +312,7 @@ def _attend_bwd(cfg, res, do):
     rich = tuple(jnp.zeros_like(y) for y in (oq, ok, dq, dk, theta))
   return ((None, g["dq"][:, :n].astype(q.dtype), keys(g["dk"]).astype(k.dtype),
            keys(g["dv"]).astype(v.dtype), globals_(g["dkg"], kg), globals_(g["dvg"], vg))
-          + rich + (None, None, None))
+          + rich + (None, None, None, do[:, :offset].astype(global_rows.dtype)))
 
 
 _attend.defvjp(_attend_fwd, _attend_bwd)
@@ -280,8 +323,10 @@ def long_query_attention(q_long: Array, k_long: Array, v_long: Array, k_global: 
                          local_radius: int, long_document_ids: Array | None = None,
                          global_document_ids: Array | None = None, rich=None,
                          dropout_rate: float = 0.0, dropout_seed: Array | None = None,
-                         tiles: Tiles | None = None, interpret: bool | None = None) -> Array:
-  """ETC's long queries (`l2l` + `l2g`, one softmax) in one fused kernel: `[B, N, H, D]`.
+                         global_rows: Array | None = None, tiles: Tiles | None = None,
+                         interpret: bool | None = None) -> Array:
+  """ETC's long queries (`l2l` + `l2g`, one softmax) in one fused kernel: `[B, N, H, D]`,
+  or `[B, G + N, H, D]` with `global_rows` first.
 
   Args:
     q_long, k_long, v_long: `[B, N, H, D]`.
@@ -295,11 +340,17 @@ def long_query_attention(q_long: Array, k_long: Array, v_long: Array, k_global: 
       [H, A]` and the coordinates `[B, N, A]`.
     dropout_rate: inverted dropout on the weights; `dropout_seed` (int32 `[1]`) is then
       required. 0 (or None seed): no dropout.
+    global_rows: None, or `[B, G, H, D]`: the global queries' outputs, to be the first `G`
+      rows of the returned context. The kernel writes the long rows after them in place,
+      and the backward reads their gradient where it is, so no `[B, N, H, D]` array is
+      concatenated forward or split backward (as `jnp.concatenate([global_rows, out])`
+      would: a copy of both each way).
     tiles: `Tiles` (default `DEFAULT_TILES`).
     interpret: run the Pallas interpreter (default: when the backend is not a GPU).
 
   Returns:
-    `[B, N, H, D]` in `v_long`'s dtype; queries with no valid key get zeros.
+    `[B, N, H, D]` in `v_long`'s dtype (`[B, G + N, H, D]` with `global_rows`); queries with
+    no valid key get zeros.
   """
   batch, length, heads, head_dim = q_long.shape
   num_globals = k_global.shape[1]
@@ -343,8 +394,13 @@ def long_query_attention(q_long: Array, k_long: Array, v_long: Array, k_global: 
                num_axes=int(oq.shape[-1]), dropout_rate=rate, block_q=t.block_q,
                block_k=t.block_k, warps=t.warps, interpret=bool(interpret),
                backward_tiles=(t.backward_block_q, t.backward_block_k, t.backward_warps))
+  if global_rows is None:
+    global_rows = jnp.zeros((batch, 0, heads, head_dim), v_long.dtype)
+  elif tuple(global_rows.shape) != (batch, num_globals, heads, head_dim):
+    raise ValueError(f"long_query_attention: global_rows has shape {tuple(global_rows.shape)}, "
+                     f"expected {(batch, num_globals, heads, head_dim)}")
   args = (seed, q_long, k_long, v_long, k_global, v_global.astype(v_long.dtype), oq, ok, dq, dk,
-          theta, jnp.asarray(coords, F32), long_doc, global_doc)
+          theta, jnp.asarray(coords, F32), long_doc, global_doc, global_rows)
 
   def attend(first_row, seed, *rest):
     # The dropout hash takes the global row, so its draws do not depend on the split.
@@ -352,4 +408,4 @@ def long_query_attention(q_long: Array, k_long: Array, v_long: Array, k_global: 
 
   # Per example: each device runs its own rows when the mesh splits the batch.
   return batch_parallel.over_batch(attend, args, (False,) + (True,) * 9 + (False,)
-                                   + (True,) * 3)
+                                   + (True,) * 4)
