@@ -176,8 +176,8 @@ class RichAttentionTerm(nn.Module):
     """
     f32 = jnp.float32
     a = self.w_q.shape[-1]
-    q = q.astype(f32)  # [..., Q, H, D]
-    k = k.astype(f32)  # [..., K, H, D]
+    # `q` [..., Q, H, D] and `k` [..., K, H, D] in their own dtype: the products widen them
+    # to float32 as they read them (`rich_projection_scalars`), no float32 copy is written.
     # One product per side with the order and distance weights side by side ([H, D, 2A]),
     # the same sums as two: the backward then makes one float32 [..., H, D] gradient of
     # q (and of k) instead of two (at FormNet-A2's pre-training batch, 100 MB a layer
