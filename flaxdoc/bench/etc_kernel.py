@@ -84,8 +84,8 @@ def make(p: Problem, dtype: str):
 
   def scalars(qq, kk, w):
     proj = rich_lib.rich_projection_scalars
-    return (proj(qq.astype(f32), w[0], bias_o), proj(kk.astype(f32), w[1]),
-            proj(qq.astype(f32), w[2], bias_d), proj(kk.astype(f32), w[3]))
+    # As the layer does (`RichAttentionTerm.scalars`): q, k in their dtype, widened inside.
+    return (proj(qq, w[0], bias_o), proj(kk, w[1]), proj(qq, w[2], bias_d), proj(kk, w[3]))
 
   def xla(q, k, v, kg, vg, w, theta):
     def term(qb, kb, q_geom, k_geom):

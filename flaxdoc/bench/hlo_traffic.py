@@ -168,7 +168,9 @@ def op_traffic(hlo_text: str) -> list[dict]:
     # their `S` and their `N` operand, each reading its half); an operand aliased to an
     # output is the buffer the op writes into, not read (the GCN's target-side backward
     # writes `d N` into the array the source side wrote `d S` into). Both still count the
-    # whole array, not the part a kernel touches: the `pallas` class stays an upper bound.
+    # whole array, not the part a kernel touches, and an output written in part (each GCN
+    # backward kernel writes half of `d [S | N]`) counts whole: the `pallas` class is an
+    # upper bound.
     aliased = {int(i) for i in _ALIASED.findall(rest)}
     read = sum(reads.get(i, sizes.get(o, 0)) for i, o in enumerate(operands)
                if i not in aliased and o not in operands[:i])

@@ -265,7 +265,7 @@ class GCNLayer(nn.Module):
     score_vec = kernel2 @ w_att[:, 0]  # [H]
     if self.kernel != "xla":
       # The node parts h_c @ kernel1[:width] and h_c @ kernel1[width:2 width] are computed
-      # inside, at the kernels' padded sizes.
+      # inside, as one product `[S | N]` at the kernels' padded sizes.
       pooled, weights = gcn_pallas.message_attention(
           h_c, kernel1[:width], kernel1[width:2 * width], edges, ids, neighbor_mask,
           kernel1[2 * width:], bias1, score_vec, tiles=self.pallas_tiles,

@@ -76,8 +76,9 @@ class Tiles:
   `block_nodes` nodes (their `block_nodes * Kp` edge rows) by `block_hidden` hidden
   features per program; `block_edges` in-edges per step of the target-side backward.
   A program holds several `[block_nodes * Kp, block_hidden]` float32 arrays (the
-  pre-activation, GELU, its slope, the gradients), so `block_hidden` is kept at 32:
-  with `Kp = 8` that is 32 registers per thread and array at 4 warps. The defaults are
+  pre-activation, GELU, its slope, the gradients), so `block_hidden` is 32 by default:
+  with `Kp = 8` that is 32 registers per thread and array at 4 warps (64 for
+  `write_d_pre`, `DPRE_TILES`, timed faster in the step all the same). The defaults are
   the fastest forward + backward of `python -m flaxdoc.bench.gcn_kernel --sweep` on an
   H100 for the recomputing form (one layer at 16 x 1,024, bf16: 4.46 ms in session 9,
   3.68 ms in session 13; the other tilings 3.78-5.20 ms). `write_d_pre` has its own
@@ -91,10 +92,10 @@ class Tiles:
 
 DEFAULT_TILES = Tiles()
 # `write_d_pre`'s: 64 hidden features a program. Its forward is slower so (1.11 against
-# 1.01 ms a layer at 16 x 1,024 on an H100) and the layer about as fast (3.37 against
-# 3.48 ms), but the FormNet-A2 pre-training step is 3% faster (95.3 against 98.2 ms,
-# session 13; README, Accelerators): in the step the source-side backward, which gathers
-# neighbour rows of `N` and writes `d pre`, reads and writes whole 128-byte lines a row.
+# 1.01 ms a layer at 16 x 1,024 on an H100), the layer 3% faster (3.37 against 3.48 ms,
+# 1.3 ms over 12 layers) and the FormNet-A2 pre-training step 2.9 ms faster (95.3 against
+# 98.2 ms, session 13; README, Accelerators): in the step the source-side backward, which
+# gathers neighbour rows of `N` and writes `d pre`, reads and writes whole 128-byte lines.
 DPRE_TILES = Tiles(block_hidden=64, block_edges=64)
 
 
@@ -222,8 +223,8 @@ def _source_out_shapes(cfg, batch, dtype):
 
 
 def _source_grads(cfg, x, a, ds, dp):
-  """`(d S, d v partials, d [We; b1] partials)`, and `d pre` `[B, rows, Hp]` with
-  `cfg.write_d_pre`."""
+  """`(d [S | N] with only d S written, d v partials, d [We; b1] partials)`, and `d pre`
+  `[B, rows, Hp]` with `cfg.write_d_pre`; the target side writes `d N` (`_writing_d_n`)."""
   batch, sp, dtype = x["sn"].shape[0], _specs(cfg), x["sn"].dtype
   d_pre = [jax.ShapeDtypeStruct((batch, cfg.rows, cfg.padded_hidden), dtype)]
   return _call(cfg, batch, functools.partial(kernels.source_grad_kernel, cfg),
@@ -312,6 +313,7 @@ def _saved_edge_dot(cfg, hidden, dp):
 
 
 def _saved_source_grads(cfg, x, hidden, slope, a, ds, dp):
+  """As `_source_grads` from the saved `x` and slope, `d pre` always written."""
   batch, sp = hidden.shape[0], _specs(cfg)
   return _call(cfg, batch, functools.partial(kernels.saved_source_grad_kernel, cfg),
                [sp["edge_rows"], sp["edge_rows"], sp["edge_feature_tile"], sp["chunk"],
@@ -485,8 +487,9 @@ def message_attention(h: Array, self_kernel: Array, neighbor_kernel: Array,
   Here one product `h @ [Ws | Wn]` writes both, `[S | N]`, at that size (the kernels'
   columns padded with zeros, `h`'s rows when `L` is not a whole number of tiles), and
   the kernels' gradient `d [S | N]` comes back at it, in `h`'s dtype: no `[B, L, H]`
-  array is padded, cropped, converted, sliced or concatenated around the kernels,
-  forward or backward (with FormNet-A2's `H = 1,547` such a pass moves 100-200 MB a
+  array is padded, cropped, sliced or concatenated around the kernels, forward or
+  backward (the pooled gradient is widened to float32 for `pallas` only, whose target
+  side gathers it) (with FormNet-A2's `H = 1,547` such a pass moves 100-200 MB a
   layer at 16 x 1,024 tokens in bfloat16). The pooled output is cropped once, where the
   layer's dropout and output product read it.
 

@@ -105,6 +105,18 @@ def test_projection_scalars_match_loop():
     rich.rich_projection_scalars(q, w, b[:, :1])
 
 
+def test_projection_scalars_of_bfloat16_queries_are_the_float32_sums_of_their_values():
+  """bfloat16 `q` with float32 weights (as the layer calls it): float32 out, the sums of
+  the bfloat16 values widened, not of a bfloat16 product."""
+  rng = np.random.default_rng(3)
+  q = jnp.asarray(rng.normal(size=(2, 6, 3, 64)), jnp.bfloat16)  # [B, Q, H, D]
+  w = jnp.asarray(rng.normal(size=(3, 64, 4)), jnp.float32)  # [H, D, A]
+  got = rich.rich_projection_scalars(q, w)
+  assert got.dtype == jnp.float32 and got.shape == (2, 3, 6, 4)
+  want = np.einsum("bqhd,hda->bhqa", np.asarray(q, np.float64), np.asarray(w, np.float64))
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+
+
 def test_axis_coordinates():
   c = np.array([[[1.0, 2.0], [3.0, 4.0]]])
   np.testing.assert_array_equal(rich.rich_axis_coordinates(c), c)

@@ -407,7 +407,7 @@ def test_global_rows_lower_to_triton(g):
 
 def test_global_rows_come_first_and_take_their_gradient():
   """`global_rows` gives `concatenate([global_rows, out])` without the concatenation: the
-  same values bit for bit (the kernel writes the long rows after them in place), the same
+  same values bit for bit (the kernel writes the long rows after them), the same
   gradients for every input, and `global_rows`' own gradient is its rows' cotangent. MIXED
   tiles and n = 70: the forward and backward pad the queries differently."""
   p = problem()
@@ -441,8 +441,9 @@ def test_global_rows_come_first_and_take_their_gradient():
 def test_the_layer_concatenates_no_context_around_the_kernel():
   """`EtcAttention(kernel="pallas")` lowered for CUDA, forward and backward: the kernel
   writes the long rows after the global ones, so no `[B, G + N, H, D]` context is
-  concatenated (forward) and no `[B, N, H, D]` slice of its gradient is taken for the
-  kernels (backward). Before, both were XLA fusions (2% of the H100 step)."""
+  concatenated (forward), and the backward kernels take the context's gradient whole
+  (not a `[B, N, H, D]` slice of it). Before, the concatenation was an XLA fusion (2% of
+  the H100 step) and the slice a copy."""
   b, n, g, h, d = 2, 64, 2, 2, 8
   x = jnp.zeros((b, g + n, h * d), jnp.bfloat16)
   mask = jnp.ones((b, g + n), bool)
