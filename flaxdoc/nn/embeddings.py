@@ -37,6 +37,7 @@ import numpy as np
 from flax import linen as nn
 
 from flaxdoc.layout.sine import sine_features
+from flaxdoc.nn.gelu import erf_gelu
 
 Array = jax.Array
 Dtype = Any
@@ -109,7 +110,7 @@ class LSPE(nn.Module):
                  bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)),
                  name="fc1")(sine)  # [..., hidden]
     # Exact (erf) GELU, as in BERT / LayoutLM.
-    h = nn.gelu(h, approximate=False)
+    h = erf_gelu(h)
     out = nn.Dense(self.features, dtype=self.dtype, param_dtype=self.param_dtype,
                    kernel_init=_normal(self.initializer_range, ("mlp", "embed")),
                    bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),

@@ -60,6 +60,7 @@ import numpy as np
 from flax import linen as nn
 
 from flaxdoc.nn import gcn_pallas
+from flaxdoc.nn.gelu import erf_gelu
 
 Array = jax.Array
 Dtype = Any
@@ -294,7 +295,7 @@ class GCNLayer(nn.Module):
     from_nb = gather_neighbors(from_nb, ids)  # [B, L, K, H]
     from_edge = edges @ edge_kernel  # [B, L, K, H]
     pre = from_self[:, :, None, :] + from_nb + from_edge + bias1  # [B, L, K, H]
-    hidden = nn.gelu(pre, approximate=False)  # [B, L, K, H]
+    hidden = erf_gelu(pre)  # [B, L, K, H]
     scores = hidden @ score_vec + score_bias  # [B, L, K]
 
     # One-head attention over the valid neighbours (softmax in float32).

@@ -23,6 +23,8 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from flaxdoc.nn.gelu import erf_gelu
+
 Array = jax.Array
 Dtype = Any
 
@@ -48,7 +50,7 @@ class _Transform(nn.Module):
                                           ("embed", "mlp")),
                  bias_init=_partitioned(nn.initializers.zeros, ("mlp",)),
                  name="dense")(x)  # [B, N, E]
-    x = nn.gelu(x, approximate=False)
+    x = erf_gelu(x)
     return nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype,
                         param_dtype=self.param_dtype,
                         scale_init=_partitioned(nn.initializers.ones, ("mlp",)),

@@ -33,6 +33,8 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from flaxdoc.nn.gelu import erf_gelu
+
 Array = jax.Array
 Dtype = Any
 
@@ -116,7 +118,7 @@ class _RoleFFN(nn.Module):
                                         ("embed", None))
     x = nn.Dense(self.dim, dtype=self.dtype, param_dtype=self.param_dtype, kernel_init=init,
                  name="dense_in")(x)
-    x = nn.gelu(x, approximate=False)
+    x = erf_gelu(x)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     init2 = nn.with_logical_partitioning(nn.initializers.normal(self.initializer_range),
                                          (None, None))
