@@ -47,6 +47,8 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from flaxdoc.nn import dropout
+
 Array = jax.Array
 Dtype = Any
 Term = Callable[[Array, Array, Any, Any], Array]
@@ -93,14 +95,14 @@ def masked_softmax(logits: Array, mask: Array | None = None, axis: int = -1) -> 
 
 def attention_dropout(weights: Array, rate: float, rng: Array | None,
                       deterministic: bool) -> Array:
-  """Inverted dropout on attention weights (no-op when deterministic or rate 0)."""
+  """Inverted dropout on attention weights (no-op when deterministic or rate 0), its mask
+  hashed from one word of `rng` and recomputed in the backward (`flaxdoc.nn.dropout`)."""
   if deterministic or rate <= 0.0:
     return weights
   if rng is None:
     raise ValueError("attention dropout: dropout_rng is required when deterministic=False "
                      f"and dropout_rate={rate}")
-  keep = jax.random.bernoulli(rng, 1.0 - rate, weights.shape)
-  return jnp.where(keep, weights / (1.0 - rate), 0.0).astype(weights.dtype)
+  return dropout.dropout(weights, rate, dropout.seed_from_key(rng))
 
 
 def dot_product_attention(q: Array, k: Array, v: Array, bias: Array | None = None,

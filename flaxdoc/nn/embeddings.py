@@ -37,6 +37,7 @@ import numpy as np
 from flax import linen as nn
 
 from flaxdoc.layout.sine import sine_features
+from flaxdoc.nn.dropout import Dropout
 from flaxdoc.nn.gelu import erf_gelu
 
 Array = jax.Array
@@ -206,7 +207,7 @@ class Embeddings(nn.Module):
         scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
         name="layer_norm")
-    self.dropout = nn.Dropout(self.dropout_rate)
+    self.dropout = Dropout(self.dropout_rate)
 
   def _lookup(self, table: nn.Embed, name: str, ids: Array, size: int) -> Array:
     """Table lookup with an eager range check and a clip under jit (never NaN)."""

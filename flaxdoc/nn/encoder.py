@@ -51,6 +51,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from flaxdoc.nn.attention import default_kernel_init
+from flaxdoc.nn.dropout import Dropout
 from flaxdoc.nn.gelu import bias_erf_gelu
 
 Array = jax.Array
@@ -194,7 +195,7 @@ class EncoderLayer(nn.Module):
 
     y = self.attention(name="attention")(x, mask, terms=tuple(terms), geom=geom,
                                          deterministic=deterministic)  # [B, N, E]
-    y = nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
+    y = Dropout(self.dropout_rate)(y, deterministic=deterministic)
     x = self._layer_norm("attention_norm")(x + y)  # [B, N, E]
 
     width = x.shape[-1]
@@ -204,7 +205,7 @@ class EncoderLayer(nn.Module):
                   name="mlp_in")(x)  # [B, N, M]: BERT's erf GELU of the first dense layer
     h = nn.with_logical_constraint(h, ("activation_batch", "activation_length", "activation_mlp"))
     h = self._dense(width, ("mlp", "embed"), "mlp_out")(h)  # [B, N, E]
-    h = nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
+    h = Dropout(self.dropout_rate)(h, deterministic=deterministic)
     x = self._layer_norm("mlp_norm")(x + h)  # [B, N, E]
     x = constrain_activations(x)
     return (x, None) if self.returns_carry else x

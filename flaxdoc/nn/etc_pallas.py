@@ -26,8 +26,9 @@ the weighted values. `+` when `c_ia < c_ja`. Masked rows give zeros.
 
 Dropout draws its keep mask from a counter hash of `(seed, batch row, head, query, key)`
 (murmur3's finaliser), so the backward kernels regenerate it instead of storing it.
-It is a different random stream from the XLA path's `jax.random.bernoulli`: both are
-inverted dropout at the same rate (`dropout_keep` is the same hash in `jnp`).
+It is a different random stream from the XLA path's (`flaxdoc.nn.dropout`, which hashes
+`(seed, row, column)` of the weights' array): both are inverted dropout at the same rate
+(`dropout_keep` is the kernels' hash in `jnp`).
 
 The kernel bodies are in `flaxdoc.nn.etc_pallas_kernels`; this module lays out their
 inputs, calls them and ties them into a custom VJP. They run on GPUs through Pallas'

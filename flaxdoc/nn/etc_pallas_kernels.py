@@ -21,6 +21,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from flaxdoc.nn import pallas_math as pm
+from flaxdoc.nn.dropout import fmix32
 
 F32 = jnp.float32
 NEG = -1e30  # the max of a row with no key yet; finite, so exp(m_old - m_new) is never NaN
@@ -119,15 +120,6 @@ def _clamp_tile(first, t, size, block):
 
 
 # --------------------------------------------------------------------------- pairwise pieces
-def _fmix32(x):
-  """murmur3's 32-bit finaliser: a bijection that mixes every input bit into every output bit."""
-  x = x ^ lax.shift_right_logical(x, jnp.uint32(16))
-  x = x * jnp.uint32(0x85EBCA6B)
-  x = x ^ lax.shift_right_logical(x, jnp.uint32(13))
-  x = x * jnp.uint32(0xC2B2AE35)
-  return x ^ lax.shift_right_logical(x, jnp.uint32(16))
-
-
 def dropout_keep(seed, batch_head, query, key, rate: float):
   """Keep mask of pair `(query, key)` (broadcasting int arrays) for stream `(seed, batch_head)`.
 
@@ -135,10 +127,10 @@ def dropout_keep(seed, batch_head, query, key, rate: float):
   with probability `1 - rate` (24-bit resolution). Used inside the kernels and by tests.
   """
   u32 = jnp.uint32
-  stream = _fmix32(jnp.asarray(seed).astype(u32) + jnp.asarray(batch_head).astype(u32)
+  stream = fmix32(jnp.asarray(seed).astype(u32) + jnp.asarray(batch_head).astype(u32)
                    * u32(0x9E3779B9))
-  row = _fmix32(stream ^ (jnp.asarray(query).astype(u32) * u32(0x27D4EB2F)))
-  pair = _fmix32(row ^ (jnp.asarray(key).astype(u32) * u32(0x165667B1)))
+  row = fmix32(stream ^ (jnp.asarray(query).astype(u32) * u32(0x27D4EB2F)))
+  pair = fmix32(row ^ (jnp.asarray(key).astype(u32) * u32(0x165667B1)))
   bits = lax.shift_right_logical(pair, u32(8)).astype(jnp.int32)  # [0, 2^24)
   return bits >= int(round(rate * (1 << 24)))
 

@@ -60,6 +60,7 @@ import numpy as np
 from flax import linen as nn
 
 from flaxdoc.nn import gcn_pallas
+from flaxdoc.nn.dropout import Dropout
 from flaxdoc.nn.gelu import erf_gelu
 
 Array = jax.Array
@@ -280,7 +281,7 @@ class GCNLayer(nn.Module):
                                              kernel1[2 * width:], bias1, score_vec,
                                              bias2 @ w_att[:, 0])
     # Dropout on the pooled hidden vector (per node: K times fewer random bits than per edge).
-    pooled = nn.Dropout(self.dropout_rate)(pooled, deterministic=deterministic)
+    pooled = Dropout(self.dropout_rate)(pooled, deterministic=deterministic)
     aggregated = pooled @ kernel2 + weights.sum(-1, keepdims=True) * bias2  # [B, L, E]
     out = h.astype(self.dtype) + aggregated
     return nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype,

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from flaxdoc.nn.dropout import Dropout
 from flaxdoc.nn.gelu import erf_gelu
 
 Array = jax.Array
@@ -77,14 +78,14 @@ class TaggingHead(nn.Module):
   def __call__(self, x: Array, deterministic: bool = True) -> Array:
     """`x [B, N, E]` -> logits `float32 [B, N, num_tags]`."""
     init = nn.initializers.normal(self.initializer_range)
-    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    x = Dropout(self.dropout_rate)(x, deterministic=deterministic)
     if self.hidden:
       x = nn.Dense(x.shape[-1], dtype=self.dtype, param_dtype=self.param_dtype,
                    kernel_init=_partitioned(init, ("embed", "mlp")),
                    bias_init=_partitioned(nn.initializers.zeros, ("mlp",)),
                    name="hidden")(x)
       x = jnp.tanh(x)
-      x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+      x = Dropout(self.dropout_rate)(x, deterministic=deterministic)
       in_axis = "mlp"
     else:
       in_axis = "embed"

@@ -33,6 +33,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from flaxdoc.nn.attention import check_token_inputs, out_projection, qkv_projections
+from flaxdoc.nn.dropout import Dropout
 
 Array = jax.Array
 Dtype = Any
@@ -124,7 +125,7 @@ class LinformerAttention(nn.Module):
 
     scores = jnp.einsum("bqhd,bphd->bhqp", q, k_proj) / math.sqrt(head_dim)  # [B, H, N, k]
     weights = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(self.dtype)
-    weights = nn.Dropout(self.dropout_rate)(weights, deterministic=deterministic)
+    weights = Dropout(self.dropout_rate)(weights, deterministic=deterministic)
     context = jnp.einsum("bhqp,bphd->bqhd", weights, v_proj)  # [B, N, H, D]
     out = out_projection(context, features, **proj_args)  # [B, N, E]
     return out[:, :length]

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
+from flaxdoc.nn.dropout import Dropout
 from flaxdoc.nn.gelu import erf_gelu
 
 Array = jax.Array
@@ -119,7 +120,7 @@ class _RoleFFN(nn.Module):
     x = nn.Dense(self.dim, dtype=self.dtype, param_dtype=self.param_dtype, kernel_init=init,
                  name="dense_in")(x)
     x = erf_gelu(x)
-    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    x = Dropout(self.dropout_rate)(x, deterministic=deterministic)
     init2 = nn.with_logical_partitioning(nn.initializers.normal(self.initializer_range),
                                          (None, None))
     return nn.Dense(self.dim, dtype=self.dtype, param_dtype=self.param_dtype, kernel_init=init2,
@@ -166,7 +167,7 @@ class LinkingHead(nn.Module):
                              nn.with_logical_partitioning(init, (None, "embed")),
                              (self.num_labels, width), self.param_dtype)  # [num_labels, H]
     reps = pooled + jnp.asarray(label_table, self.dtype)[labels]  # [B, E, H]
-    reps = nn.Dropout(self.dropout_rate)(reps, deterministic=deterministic)
+    reps = Dropout(self.dropout_rate)(reps, deterministic=deterministic)
     kw = dict(dim=self.dim, dropout_rate=self.dropout_rate,
               initializer_range=self.initializer_range, dtype=self.dtype,
               param_dtype=self.param_dtype)
