@@ -116,7 +116,7 @@ def main(argv=None) -> int:
                             "block_nodes,block_hidden,block_edges,warps", SWEEP)
   ap.add_argument("--graph", default="local", choices=["local", "random"])
   ap.add_argument("--kernels", nargs="+", default=["pallas", "pallas_saved"],
-                  choices=["pallas", "pallas_saved", "pallas_dpre"],
+                  choices=["pallas", "pallas_saved", "pallas_dpre"],  # gcn_pallas.FORMS
                   help="the fused forms: GELU recomputed in the backward, saved, or "
                        "recomputed once with d pre passed to the target side")
   a = ap.parse_args(argv)
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
   p = LOCAL if a.local else Problem(batch=a.batch, length=a.length)
   p = dataclasses.replace(p, graph=a.graph)
   # Without --tiles: each chosen form's default tiling (every form runs every tiling).
-  defaults = [gcn_pallas.default_tiles(k == "pallas_saved", k == "pallas_dpre") for k in a.kernels]
+  defaults = [gcn_pallas.default_tiles(**gcn_pallas.form_options(k)) for k in a.kernels]
   tiles = kernel_rows.tilings(a, parse_tiles, list(dict.fromkeys(defaults)), SWEEP)
   kernel_rows.emit(run(p, a.dtype, tiles, a.iters, check=not a.no_check,
                        kernels=tuple(a.kernels)), a,

@@ -130,10 +130,9 @@ def check_graph(h: Array, neighbor_ids: Array, neighbor_features: Array, neighbo
 # float32 (also the more accurate sum); "scatter": gather in the compute dtype.
 NEIGHBOR_GRADIENT = "scatter_f32"
 NEIGHBOR_GRADIENTS = ("scatter_f32", "scatter")
-# How a layer computes its per-edge part: as XLA arrays, or fused (`flaxdoc.nn.gcn_pallas`),
-# recomputing each edge's GELU in the backward, saving it from the forward, or recomputing
-# it once in the backward and passing `d pre` from the source side to the target side.
-FUSED_KERNELS = ("pallas", "pallas_saved", "pallas_dpre")
+# How a layer computes its per-edge part: as XLA arrays, or fused in one of
+# `flaxdoc.nn.gcn_pallas.FORMS`.
+FUSED_KERNELS = tuple(gcn_pallas.FORMS)
 KERNELS = ("xla",) + FUSED_KERNELS
 
 
@@ -271,8 +270,7 @@ class GCNLayer(nn.Module):
       pooled, weights = gcn_pallas.message_attention(
           h_c, kernel1[:width], kernel1[width:2 * width], edges, ids, neighbor_mask,
           kernel1[2 * width:], bias1, score_vec, tiles=self.pallas_tiles,
-          save_activations=self.kernel == "pallas_saved",
-          write_d_pre=self.kernel == "pallas_dpre")
+          **gcn_pallas.form_options(self.kernel))
       weights = weights.astype(self.dtype)  # [B, L, K]
     else:
       from_self = h_c @ kernel1[:width]  # [B, L, H]

@@ -62,8 +62,8 @@ from flaxdoc.nn import gcn_pallas_kernels as kernels
 from flaxdoc.nn import pallas_backend
 from flaxdoc.nn.gcn_pallas_kernels import Config
 
-__all__ = ["DEFAULT_TILES", "DPRE_TILES", "Config", "Tiles", "attention_pool", "default_tiles",
-           "message_attention"]
+__all__ = ["DEFAULT_TILES", "DPRE_TILES", "FORMS", "Config", "Tiles", "attention_pool", "default_tiles",
+           "form_options", "message_attention"]
 
 Array = jax.Array
 F32 = jnp.float32
@@ -102,6 +102,23 @@ DPRE_TILES = Tiles(block_hidden=64, block_edges=64)
 def default_tiles(save_activations: bool = False, write_d_pre: bool = False) -> Tiles:
   """The tiles a form runs with when none are given."""
   return DPRE_TILES if write_d_pre and not save_activations else DEFAULT_TILES
+
+
+# The fused forms by the names `GCNLayer(kernel=...)` and the configs use: recompute each
+# edge's GELU in the backward, save it from the forward, or recompute it once in the
+# backward and pass `d pre` from the source side to the target side.
+FORMS = {
+    "pallas": dict(save_activations=False, write_d_pre=False),
+    "pallas_saved": dict(save_activations=True, write_d_pre=False),
+    "pallas_dpre": dict(save_activations=False, write_d_pre=True),
+}
+
+
+def form_options(form: str) -> dict:
+  """`message_attention`'s `save_activations` / `write_d_pre` for a form's name."""
+  if form not in FORMS:
+    raise ValueError(f"unknown fused GCN form {form!r}; expected one of {tuple(FORMS)}")
+  return dict(FORMS[form])
 
 
 # --------------------------------------------------------------------------- layout

@@ -21,6 +21,7 @@ from flax import linen as nn
 from scipy.special import erf
 
 from flaxdoc.models.document_encoder import EncoderSpec
+from flaxdoc.nn import gcn
 from flaxdoc.nn import gcn_pallas as gp
 from flaxdoc.nn import gcn_pallas_kernels as gk
 from flaxdoc.nn import pallas_backend
@@ -468,6 +469,16 @@ def test_layer_and_spec_name_a_bad_kernel():
   EncoderSpec(gcn_layers=1, gcn_kernel="pallas").validate()
   EncoderSpec(gcn_layers=1, gcn_kernel="pallas_saved").validate()
   EncoderSpec(gcn_layers=1, gcn_kernel="pallas_dpre").validate()
+
+
+def test_form_names_map_to_the_kernels_options():
+  """The names `GCNLayer(kernel=...)` takes, and their `message_attention` options."""
+  assert gp.form_options("pallas") == dict(save_activations=False, write_d_pre=False)
+  assert gp.form_options("pallas_saved") == dict(save_activations=True, write_d_pre=False)
+  assert gp.form_options("pallas_dpre") == dict(save_activations=False, write_d_pre=True)
+  assert gcn.FUSED_KERNELS == ("pallas", "pallas_saved", "pallas_dpre")
+  with pytest.raises(ValueError, match="unknown fused GCN form 'xla'"):
+    gp.form_options("xla")
 
 
 @pytest.mark.parametrize("save, write_d_pre, tiles", [
