@@ -232,8 +232,9 @@ def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes
   import jax  # pylint: disable=import-outside-toplevel
   from flaxdoc import models  # pylint: disable=import-outside-toplevel
   if prng != "threefry":
-    # Dropout masks are drawn with the default PRNG: threefry is many integer ops
-    # per random bit on a GPU, "rbg" uses the hardware generator path.
+    # The default PRNG draws each dropout site's seed word (flaxdoc.nn.dropout hashes
+    # the masks from it) and the model's other keys: threefry or "rbg". Until session 14
+    # it drew every mask bit; the step timed the same with either (README, session 14).
     jax.config.update("jax_default_prng_impl", prng)
   step, (params, opt_state, data), _, head_positions, s = pretrain_step(
       length, batch, dtype, param_dtype, s, local, ablation, dropout, gcn_backward,
@@ -535,7 +536,7 @@ def main(argv=None) -> int:
   p.add_argument("--timeout", type=float, default=600)
   p.add_argument("--local", action="store_true", help="shrunk model, for CPU smoke tests")
   p.add_argument("--prng", default="threefry", choices=["threefry", "rbg", "unsafe_rbg"],
-                 help="PRNG of the dropout masks (threefry: JAX's default)")
+                 help="JAX's default PRNG (threefry), which draws the dropout sites' seed words")
   p.add_argument("--no_dropout", action="store_true", help="time the step without dropout")
   p.add_argument("--profile", default=None, metavar="DIR",
                  help="after timing each pre-training row, trace 3 steps into DIR/<row> "

@@ -70,7 +70,7 @@ PARTS = (
     ("attention", ("/etc_rich_",)),  # the fused ETC kernels: attention with Rich Attention in
     ("layout terms", ("/term_", "rich")),
     ("attention", ("attention",)),
-    ("feed-forward", ("mlp", "erfc", "gelu")),
+    ("feed-forward", ("mlp", "erf", "gelu")),
     ("tagging head", ("tagging_head",)),
     ("embeddings", ("embed",)),
 )

@@ -70,18 +70,22 @@ def keep_mask(seed, shape: Sequence[int], rate: float) -> jax.Array:
 
 
 def dropout(x: jax.Array, rate: float, seed, broadcast_dims: Sequence[int] = ()) -> jax.Array:
-  """`where(keep, x / (1 - rate), 0)` in `x`'s dtype; the mask is shared along
-  `broadcast_dims` (as `flax.linen.Dropout`'s) and recomputed, not kept, for the backward."""
+  """`where(keep, x / (1 - rate), 0)` in `x`'s dtype (scaled in float32, rounded once); the
+  mask is shared along `broadcast_dims` (as `flax.linen.Dropout`'s) and recomputed, not
+  kept, for the backward. Rate 1 gives zeros."""
+  if rate == 1.0:
+    return jnp.zeros_like(x)
+  drop_threshold(rate)  # checks the rate
   if rate == 0.0:
     return x
-  mask_shape = tuple(1 if axis in _axes(broadcast_dims, x.ndim) else d
-                     for axis, d in enumerate(x.shape))
+  axes = _axes(broadcast_dims, x.ndim)
+  mask_shape = tuple(1 if axis in axes else d for axis, d in enumerate(x.shape))
   scale = 1.0 / (1.0 - rate)
 
   @jax.checkpoint
   def apply(x, seed):
     keep = jnp.broadcast_to(keep_mask(seed, mask_shape, rate), x.shape)
-    return jnp.where(keep, x * jnp.asarray(scale, x.dtype), jnp.zeros((), x.dtype))
+    return jnp.where(keep, x.astype(jnp.float32) * scale, 0.0).astype(x.dtype)
 
   return apply(x, jnp.asarray(seed, _U32))
 
@@ -92,6 +96,11 @@ def seed_from_key(key: jax.Array) -> jax.Array:
 
 
 def _axes(dims: Sequence[int], ndim: int) -> set[int]:
+  """`broadcast_dims` as non-negative axes; one outside `[-ndim, ndim)` is an error."""
+  for d in dims:
+    if not -ndim <= d < ndim:
+      raise IndexError(f"dropout: broadcast dimension {d} is out of range for an array of "
+                       f"{ndim} dimensions")
   return {d % ndim for d in dims}
 
 

@@ -278,7 +278,7 @@ class GCNLayer(nn.Module):
       pooled, weights = self._attention_pool(from_self, from_nb, edges, ids, neighbor_mask,
                                              kernel1[2 * width:], bias1, score_vec,
                                              bias2 @ w_att[:, 0])
-    # Dropout on the pooled hidden vector (per node: K times fewer random bits than per edge).
+    # Dropout on the pooled hidden vector (per node: K times fewer mask hashes than per edge).
     pooled = Dropout(self.dropout_rate)(pooled, deterministic=deterministic)
     aggregated = pooled @ kernel2 + weights.sum(-1, keepdims=True) * bias2  # [B, L, E]
     out = h.astype(self.dtype) + aggregated

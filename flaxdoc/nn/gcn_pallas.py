@@ -62,8 +62,8 @@ from flaxdoc.nn import gcn_pallas_kernels as kernels
 from flaxdoc.nn import pallas_backend
 from flaxdoc.nn.gcn_pallas_kernels import Config
 
-__all__ = ["DEFAULT_TILES", "DPRE_TILES", "FORMS", "Config", "Tiles", "attention_pool", "default_tiles",
-           "form_options", "message_attention"]
+__all__ = ["DEFAULT_TILES", "DPRE_TILES", "FORMS", "Config", "Tiles", "attention_pool",
+           "default_tiles", "form_options", "message_attention"]
 
 Array = jax.Array
 F32 = jnp.float32

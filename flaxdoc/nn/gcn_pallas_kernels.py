@@ -8,7 +8,7 @@ recomputes the message MLP's pre-activation from per-node vectors,
 
     pre[e, h] = S[src(e), h] + N[tgt(e), h] + (E[e] @ We)[h] + b1[h]
               = S[src(e), h] + N[tgt(e), h] + ([E[e], 1] @ [We; b1])[h]
-    x[e, h]   = gelu(pre[e, h])                  (exact GELU, as `nn.gelu(approximate=False)`)
+    x[e, h]   = gelu(pre[e, h])                  (exact GELU, as `flaxdoc.nn.gelu.erf_gelu`)
 
 (`S`: the self part of the first layer, `N`: its neighbour part, both `[Lp, Hp]` per
 row; `E`: the edge features; `We`: the first layer's edge rows), so nothing `[L, K, H]`

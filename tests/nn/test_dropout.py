@@ -70,11 +70,31 @@ def test_dropout_values_scale_and_gradient():
   assert [r.shape for r in residuals] == [()]
 
 
-def test_dropout_keeps_dtype_and_is_unbiased():
-  x = jnp.ones((256, 512), jnp.bfloat16)
-  y = dp.dropout(x, 0.1, jnp.uint32(5))
+def test_dropout_keeps_dtype_and_scales_in_float32():
+  """bfloat16 in and out; each kept element is `x / (1 - rate)` computed in float32 and
+  rounded once (a scale rounded to bfloat16 first, 1.109375 for 1 / 0.9, would shrink
+  every kept element by 0.16%), so the mean over many elements stays at `x`'s."""
+  x = (jax.random.normal(jax.random.key(0), (256, 512)) + 3.0).astype(jnp.bfloat16)
+  seed, rate = jnp.uint32(5), 0.1
+  y = dp.dropout(x, rate, seed)
   assert y.dtype == jnp.bfloat16
-  assert abs(float(jnp.mean(y.astype(jnp.float32))) - 1.0) < 5 * np.sqrt(0.1 / 0.9 / x.size)
+  keep = np.asarray(dp.keep_mask(seed, x.shape, rate))
+  want = np.where(keep, np.asarray(x, np.float32) / np.float32(1 - rate), 0)
+  np.testing.assert_array_equal(np.asarray(y, np.float32),
+                                np.asarray(jnp.asarray(want).astype(jnp.bfloat16), np.float32))
+  ones = dp.dropout(jnp.ones((256, 512), jnp.bfloat16), rate, seed).astype(jnp.float32)
+  assert abs(float(jnp.mean(ones)) - 1.0) < 5 * np.sqrt(rate / (1 - rate) / ones.size)
+
+
+def test_rate_one_gives_zeros_and_bad_rates_or_dims_are_errors():
+  x = jnp.ones((3, 4))
+  np.testing.assert_array_equal(dp.dropout(x, 1.0, jnp.uint32(1)), 0 * x)
+  with pytest.raises(ValueError, match="rate"):
+    dp.dropout(x, 1.5, jnp.uint32(1))
+  with pytest.raises(IndexError, match="broadcast dimension 2"):
+    dp.dropout(x, 0.5, jnp.uint32(1), broadcast_dims=(2,))
+  np.testing.assert_array_equal(dp.dropout(x, 0.5, jnp.uint32(1), broadcast_dims=(-1,)),
+                                dp.dropout(x, 0.5, jnp.uint32(1), broadcast_dims=(1,)))
 
 
 def test_broadcast_dims_share_the_mask():
@@ -113,3 +133,20 @@ def test_module_has_flax_dropout_semantics():
 
   first, second = Two().apply({}, x, rngs={"dropout": key})
   assert not np.array_equal(first, second)
+
+
+def test_module_passes_broadcast_dims_rng_and_collection():
+  x = jax.random.normal(jax.random.key(0), (4, 6, 8))
+  key = jax.random.key(3)
+  shared = dp.Dropout(0.5, broadcast_dims=(1,)).apply({}, x, deterministic=False,
+                                                      rngs={"dropout": key})
+  kept = np.asarray(shared) != 0
+  assert np.all(kept == kept[:, :1, :]) and 0 < kept.mean() < 1
+  # an explicit key, and another stream's name, give that key's mask
+  direct = dp.Dropout(0.5).apply({}, x, deterministic=False, rng=key)
+  np.testing.assert_array_equal(direct, dp.dropout(x, 0.5, dp.seed_from_key(key)))
+  other = dp.Dropout(0.5, rng_collection="noise").apply({}, x, deterministic=False,
+                                                        rngs={"noise": key})
+  with pytest.raises(Exception, match="dropout"):  # the default stream is not given
+    dp.Dropout(0.5).apply({}, x, deterministic=False, rngs={"noise": key})
+  assert other.shape == x.shape and np.any(np.asarray(other) == 0)

@@ -481,6 +481,27 @@ def test_form_names_map_to_the_kernels_options():
     gp.form_options("xla")
 
 
+@pytest.mark.parametrize("form", ["pallas", "pallas_saved", "pallas_dpre"])
+def test_gcn_layer_passes_its_forms_options(form, monkeypatch):
+  """`GCNLayer(kernel=form)` reaches `message_attention` with that form's options."""
+  seen = {}
+
+  class Reached(Exception):
+    pass
+
+  def spy(*args, **kwargs):
+    seen.update(kwargs)
+    raise Reached
+
+  monkeypatch.setattr(gp, "message_attention", spy)
+  p = problem(b=1, nodes=8, k=2, f=3, h=6)
+  h = jnp.zeros((1, 8, 4))
+  with pytest.raises(Reached):
+    GCNLayer(hidden_features=6, kernel=form).init(
+        jax.random.key(0), h, p["ids"], p["e"], p["mask"])
+  assert {k: seen[k] for k in ("save_activations", "write_d_pre")} == gp.form_options(form)
+
+
 @pytest.mark.parametrize("save, write_d_pre, tiles", [
     (False, False, gp.DEFAULT_TILES), (True, False, gp.DEFAULT_TILES),
     (False, True, gp.DPRE_TILES), (True, True, gp.DEFAULT_TILES)])
