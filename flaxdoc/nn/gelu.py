@@ -6,8 +6,8 @@ no erfc instruction, so JAX expands it into both of its float32 branches (a poly
 element; `erf` is one clamped rational function (an XLA instruction). In the H100 profile
 of the FormNet-A2 step the erfc form's forward and backward of the feed-forward GELU took
 0.16 and 0.23 ms a layer for 50 M elements, above their memory time; the erf form made
-the step 2.3% faster, and on this CPU its forward and gradient are 2-4x faster (README,
-Accelerators, session 14).
+the step 2.3% faster, and on this CPU its forward is 1.6-2.7x and its gradient 2.4-2.8x
+faster (README, Accelerators, session 14).
 It is also BERT's, Hugging Face's and PyTorch's formula, which the export uses.
 
 The two agree to a few float32 ulps wherever `Phi(x)` is not tiny (within 1.2e-6 of the
