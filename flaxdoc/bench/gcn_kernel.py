@@ -111,16 +111,16 @@ def run(p: Problem, dtype: str, tiles: list, iters: int, check: bool = True,
 
 
 def main(argv=None) -> int:
+  from flaxdoc.nn import gcn_pallas  # pylint: disable=import-outside-toplevel
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   kernel_rows.add_arguments(ap, Problem.batch, Problem.length,
                             "block_nodes,block_hidden,block_edges,warps", SWEEP)
   ap.add_argument("--graph", default="local", choices=["local", "random"])
   ap.add_argument("--kernels", nargs="+", default=["pallas", "pallas_saved"],
-                  choices=["pallas", "pallas_saved", "pallas_dpre"],  # gcn_pallas.FORMS
+                  choices=list(gcn_pallas.FORMS),
                   help="the fused forms: GELU recomputed in the backward, saved, or "
                        "recomputed once with d pre passed to the target side")
   a = ap.parse_args(argv)
-  from flaxdoc.nn import gcn_pallas  # pylint: disable=import-outside-toplevel
   p = LOCAL if a.local else Problem(batch=a.batch, length=a.length)
   p = dataclasses.replace(p, graph=a.graph)
   # Without --tiles: each chosen form's default tiling (every form runs every tiling).
