@@ -12,7 +12,7 @@ give paths in `ARGS` absolute (`$OUT/...`). The order alternates, base then head
 base, so a machine that speeds up or slows down during the run moves both alike.
 
 Why: accelerator time is lent in short slices, and two cards of the same kind differ by
-a few percent (README, Accelerators), so a change is measured against the code before it
+a few percent (docs/accelerators.md), so a change is measured against the code before it
 on the same machine in the same call, not against a figure from another session. The
 tool stops starting runs once the next would pass `--budget` seconds (each run's time is
 estimated from the slowest run so far), and gives each run the budget left as its timeout.

@@ -29,7 +29,7 @@ XLA's fusion decisions, and the H100 profile put a third of the FormNet-A2 step 
 XLA's glue. This showed, on the CPU, an MLM loss whose backward wrote float32 arrays of
 the logits' size through a scatter, a GELU that kept three arrays for its backward
 where one suffices, and Rich Attention's projections making four float32 gradients a
-layer (README, Accelerators, session 11). A model, not a measurement: caches, partial
+layer (docs/accelerators.md, session 11). A model, not a measurement: caches, partial
 reads inside fusions and the kernels' overlap are not in it. Ops inside loops or
 branches are counted once (the FormNet step has none; a module with `while` is noted).
 """

@@ -14,8 +14,8 @@ autodiff keeps the mask for the backward. In the FormNet-A2 pre-training step on
 the compiled module wrote each encoder dropout's random words (`u32[16, 1025, 768]`) and
 its boolean mask to memory, kept every mask until the backward, and ran the GCN's pooled
 dropout as a pass of its own; the step without dropout was 5.15 ms (5.7%) faster, and
-drawing the bits with the `rbg` generator instead of threefry changed nothing (README,
-Accelerators, session 14). Here the mask is a few integer operations an element that XLA
+drawing the bits with the `rbg` generator instead of threefry changed nothing (docs/accelerators.md,
+session 14). Here the mask is a few integer operations an element that XLA
 fuses into whatever reads or writes `x`, forward and backward (`jax.checkpoint`: the
 backward keeps only `seed`).
 

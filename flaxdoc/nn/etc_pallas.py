@@ -4,7 +4,7 @@ r"""ETC's long queries with Rich Attention as one fused Pallas kernel, forward a
 XLA arrays: blocked keys `[B, nb, 3b, H, D]` (copies), logits `[B, nb, H, b, 3b + G]`
 in float32, Rich Attention's pairwise terms per axis, a mask, a softmax and dropout,
 each a pass over memory, forward and again backward. On an H100 that is 47% of a
-FormNet-A2 pre-training step's kernel time (README, Accelerators). This module computes
+FormNet-A2 pre-training step's kernel time (docs/accelerators.md). This module computes
 the same thing flash-attention style: for each query tile of `BQ` long queries and one
 head, the keys of its window `[i0 - r, i0 + BQ - 1 + r]` are visited in tiles of
 `BK`, and for each tile the kernel forms `q.k / sqrt(D)`, adds Rich Attention from
@@ -67,8 +67,8 @@ class Tiles:
   The backward holds more `[BQ, BK]` arrays at once (weights, their gradient, Rich's
   pieces), so it gets its own sizes: too many live tiles spill registers. The defaults
   are the fastest forward + backward of the four tilings `bench.etc_kernel` timed on an
-  H100 with the kernels as they are (FormNet-A2's layer, 16 x 1,024 tokens, bf16; README,
-  Accelerators, session 9; the sweep's other tilings were last timed with the older
+  H100 with the kernels as they are (FormNet-A2's layer, 16 x 1,024 tokens, bf16;
+  docs/accelerators.md, session 9; the sweep's other tilings were last timed with the older
   code, all slower then): 1.31 ms with 16-query tiles
   (a 16-row tile reads 192 keys where a 32-row one reads 224-256 for the 169 a query
   needs, and holds fewer registers: more resident warps), 1.53-1.62 ms with 32-row

@@ -192,7 +192,7 @@ class GCNLayer(nn.Module):
       the kernels' padded sizes) and evaluates it once; "pallas_dpre" keeps nothing from
       the forward but writes each edge's `d pre` within the backward for the target side
       (one such array, only during the layer's backward): four evaluations, and on an
-      H100 faster than "pallas" (README, Accelerators: session 12), itself faster than
+      H100 faster than "pallas" (docs/accelerators.md, session 12), itself faster than
       "pallas_saved" (session 9).
     pallas_tiles: the kernels' `gcn_pallas.Tiles` (None: their defaults).
   """

@@ -7,7 +7,7 @@ chain of `[B, L, K, H]` tensors (the gathered rows, the edge part, the pre-activ
 GELU, its gradient, the gathered gradient's scatter-add), each a pass over memory
 forward and again backward: with FormNet-A2's `H = 2E + F = 1,547` and `K = 8`, one
 such tensor is 400 MB at 16 x 1,024 tokens in bfloat16, and the GCN was 32% of an
-H100 pre-training step (README, Accelerators). Here nothing `[B, L, K, H]` is written:
+H100 pre-training step (docs/accelerators.md). Here nothing `[B, L, K, H]` is written:
 each kernel recomputes the pre-activation of its edges from the per-node vectors
 (`flaxdoc.nn.gcn_pallas_kernels`).
 
@@ -96,7 +96,7 @@ DEFAULT_TILES = Tiles()
 # `write_d_pre`'s: 64 hidden features a program. Its forward is slower so (1.11 against
 # 1.01 ms a layer at 16 x 1,024 on an H100), the layer 3% faster (3.37 against 3.48 ms,
 # 1.3 ms over 12 layers) and the FormNet-A2 pre-training step 2.9 ms faster (95.3 against
-# 98.2 ms, session 13; README, Accelerators): in the step the source-side backward, which
+# 98.2 ms, session 13; docs/accelerators.md): in the step the source-side backward, which
 # gathers neighbour rows of `N` and writes `d pre`, reads and writes whole 128-byte lines.
 DPRE_TILES = Tiles(block_hidden=64, block_edges=64)
 

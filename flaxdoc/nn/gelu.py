@@ -7,7 +7,7 @@ element; `erf` is one clamped rational function (an XLA instruction). In the H10
 of the FormNet-A2 step the erfc form's forward and backward of the feed-forward GELU took
 0.16 and 0.23 ms a layer for 50 M elements, above their memory time; the erf form made
 the step 2.3% faster, and on this CPU its forward is 1.6-2.7x and its gradient 2.4-2.8x
-faster (README, Accelerators, session 14).
+faster (docs/accelerators.md, session 14).
 It is also BERT's, Hugging Face's and PyTorch's formula, which the export uses.
 
 The two agree to a few float32 ulps wherever `Phi(x)` is not tiny (within 1.2e-6 of the
@@ -43,7 +43,7 @@ def bias_erf_gelu(y: jax.Array, bias: jax.Array) -> jax.Array:
   biased input), each written by the forward besides its output. Here the backward
   recomputes all of it from `y`, the feed-forward product's output, which is in memory
   anyway. In the compiled FormNet-A2 step (H100, deviceless compile) that was about 0.3 GB
-  less traffic per layer (README, Accelerators, session 11); values and gradients are the
+  less traffic per layer (docs/accelerators.md, session 11); values and gradients are the
   same functions.
   """
   return erf_gelu(y + bias)

@@ -181,7 +181,7 @@ class RichAttentionTerm(nn.Module):
     # One product per side with the order and distance weights side by side ([H, D, 2A]),
     # the same sums as two: the backward then makes one float32 [..., H, D] gradient of
     # q (and of k) instead of two (at FormNet-A2's pre-training batch, 100 MB a layer
-    # less to write and read again; README, Accelerators, session 11).
+    # less to write and read again; docs/accelerators.md, session 11).
     both_q = rich_lib.rich_projection_scalars(
         q, jnp.concatenate([self.w_q, self.v_q], -1).astype(f32),
         jnp.concatenate([self.b, self.c], -1).astype(f32))  # [..., H, Q, 2A]

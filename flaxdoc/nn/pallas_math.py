@@ -18,7 +18,7 @@ inline PTX. Rounding `x log2 e` to float32 costs `exp` a relative error of about
 CPU tests, Pallas' interpreter) the same formulas run with `jnp.log2` and a division, so
 the tests check every rewrite below exactly; only the last bits of the three primitives
 differ on a GPU (checked on an H100 in session 9 against float64 on edge inputs: no inf or
-NaN where the answer is finite, absolute errors of at most 8e-6; README, Accelerators).
+NaN where the answer is finite, absolute errors of at most 8e-6; docs/accelerators.md).
 `lg2` and `rcp` only ever see arguments >= 1 here (`1 + x`, `1 + e^-|x|`), so their `.ftz`
 (subnormals flushed to zero) changes nothing; an `exp` under 1e-38 may come out as 0, which
 no softmax weight or slope here can tell apart.

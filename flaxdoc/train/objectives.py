@@ -23,7 +23,7 @@ def log_softmax_pieces(logits: jax.Array, labels: jax.Array
   scatter-add that writes a float32 array of that size, which a pad to the padded
   vocabulary then reads again. Here the backward is one elementwise pass over the logits
   in their own dtype, `g_lse softmax + g_picked onehot`, which XLA fuses with what
-  follows (H100, deviceless compile of the step: README, Accelerators, session 11).
+  follows (H100, deviceless compile of the step: docs/accelerators.md, session 11).
   """
   return _pieces_fwd(logits, labels)[0]
 
