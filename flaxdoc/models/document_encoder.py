@@ -19,8 +19,9 @@
 `EncoderSpec` (`flaxdoc.models.encoder_spec`) is the frozen, validated form of a model
 config (`ml_collections` fields of the same names, see `EncoderSpec.from_config`);
 `DocumentEncoder` is the Linen module (`flaxdoc.models` adds `count_parameters`,
-`example_batch` and `random_parameters` for tests and benchmarks). The per-paper files (`formnet.py`,
-`docpolarbert.py`, ...) only hold a variants table and the defaults of their family.
+`example_batch` and `random_parameters` for tests and benchmarks). The per-paper files
+(`formnet.py`, `docpolarbert.py`, ...) only hold a variants table and the defaults of their
+family.
 
 Geometry for the pairwise terms comes from the batch: box centres in document units
 with pages stacked (`y_doc = 1000 * page + y`, DESIGN §2), 1D positions from

@@ -4,8 +4,9 @@
 in `flaxdoc.nn.gcn_pallas_kernels`. Everything here works on the kernels' layout: node
 arrays padded to whole tiles (`[B, Lp, Hp]`, `[S | N]` as one `[B, Lp, 2 Hp]` array),
 edge arrays flattened to rows `node * Kp + slot` (`prepare`), on a grid of (batch row,
-node tile, hidden chunk). Each function is one kernel launch (or, for the softmax, the
-small XLA op between two), forward or backward, recomputing or reading saved activations.
+node tile, hidden chunk). Besides the layout helpers (`pad_nodes`, `prepare`,
+`prepare_edges`), each function is one kernel launch (or, for the softmax, the small XLA
+op between two), forward or backward, recomputing or reading saved activations.
 """
 
 from __future__ import annotations
@@ -174,7 +175,7 @@ def _writing_d_n(kernel):
   """A target-side kernel that takes `d [S | N]` as its last input, aliased to its output,
   and writes only the `d N` half (`neighbour_tile`): `d S`, which the source side wrote,
   stays. So `d [S | N]` comes out as one array, the gradient of the one product
-  `h @ [Ws | Wn]` (`message_attention`), and neither half is copied into it."""
+  `h @ [Ws | Wn]` (`gcn_pallas.message_attention`), and neither half is copied into it."""
   return lambda *refs: kernel(*refs[:-2], refs[-1])
 
 
