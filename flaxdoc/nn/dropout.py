@@ -34,7 +34,9 @@ from flax import linen as nn
 from jax import lax
 
 _U32 = jnp.uint32
-_ROW_MIX, _COLUMN_MIX = 0x27D4EB2F, 0x165667B1
+# Odd multipliers that spread a row and a column index before they are hashed (shared with
+# the fused ETC kernel's pair hash, `etc_pallas_kernels.dropout_keep`).
+ROW_MIX, COLUMN_MIX = 0x27D4EB2F, 0x165667B1
 
 
 def fmix32(x):
@@ -63,9 +65,9 @@ def keep_mask(seed, shape: Sequence[int], rate: float) -> jax.Array:
   row = jnp.zeros(shape_rows, _U32)
   for axis, size in enumerate(shape_rows):  # the flat row index (wraps past 2^32 rows)
     row = row * _U32(size) + lax.broadcasted_iota(_U32, shape_rows, axis)
-  stream = fmix32(fmix32(jnp.asarray(seed, _U32)) ^ (row * _U32(_ROW_MIX)))  # [rows]
+  stream = fmix32(fmix32(jnp.asarray(seed, _U32)) ^ (row * _U32(ROW_MIX)))  # [rows]
   column = lax.broadcasted_iota(_U32, shape_rows + (columns,), len(shape_rows))
-  bits = fmix32(stream[..., None] ^ (column * _U32(_COLUMN_MIX)))
+  bits = fmix32(stream[..., None] ^ (column * _U32(COLUMN_MIX)))
   return (bits >= _U32(drop_threshold(rate))).reshape(shape)
 
 

@@ -21,7 +21,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from flaxdoc.nn import pallas_math as pm
-from flaxdoc.nn.dropout import fmix32
+from flaxdoc.nn.dropout import COLUMN_MIX, ROW_MIX, fmix32
 
 F32 = jnp.float32
 NEG = -1e30  # the max of a row with no key yet; finite, so exp(m_old - m_new) is never NaN
@@ -129,8 +129,8 @@ def dropout_keep(seed, batch_head, query, key, rate: float):
   u32 = jnp.uint32
   stream = fmix32(jnp.asarray(seed).astype(u32) + jnp.asarray(batch_head).astype(u32)
                    * u32(0x9E3779B9))
-  row = fmix32(stream ^ (jnp.asarray(query).astype(u32) * u32(0x27D4EB2F)))
-  pair = fmix32(row ^ (jnp.asarray(key).astype(u32) * u32(0x165667B1)))
+  row = fmix32(stream ^ (jnp.asarray(query).astype(u32) * u32(ROW_MIX)))
+  pair = fmix32(row ^ (jnp.asarray(key).astype(u32) * u32(COLUMN_MIX)))
   bits = lax.shift_right_logical(pair, u32(8)).astype(jnp.int32)  # [0, 2^24)
   return bits >= int(round(rate * (1 << 24)))
 
