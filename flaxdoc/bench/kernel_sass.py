@@ -1,7 +1,8 @@
 """The fused Pallas kernels as a GPU would run them, compiled on this machine: registers,
 spills and instructions per pair (ETC + Rich Attention) or per edge element (the GCN).
 
-    python -m flaxdoc.bench.kernel_sass [--json] [--arch 90] [--kernels etc gcn gcn_saved gcn_dpre]
+    python -m flaxdoc.bench.kernel_sass [--json] [--arch 90]
+        [--kernels etc gcn gcn_saved gcn_dpre gcn_fused]
         [--etc_tiles 32,64,4,32,32,4] [--gcn_tiles 16,32,32,4]
 
 Needs the `triton` package (`pip install triton`; no GPU, no CUDA install: its wheel
@@ -299,7 +300,7 @@ def etc_passes(tiles, length: int = 1024, heads: int = 12, radius: int = 84,
 
 
 def gcn_problem(tiles, save: bool, nodes: int = 1024, hidden: int = 1548,
-                write_d_pre: bool = False):
+                write_d_pre: bool = False, fused_forward: bool = False):
   """As `etc_problem`, "edge element": one GCN layer's kernels at FormNet-A2's sizes (768
   wide, hidden 2E + F = 1,548, 8 slots, 12 edge features, bfloat16), and the edge
   elements (edge x hidden unit) a thread handles per program, or per pass of the target
@@ -315,7 +316,7 @@ def gcn_problem(tiles, save: bool, nodes: int = 1024, hidden: int = 1548,
   def loss(s, n, we, b1, v):
     pooled, weights = gp.attention_pool(s, n, e, ids, mask, we, b1, v, interpret=False,
                                         save_activations=save, write_d_pre=write_d_pre,
-                                        tiles=tiles)
+                                        fused_forward=fused_forward, tiles=tiles)
     return pooled.astype(jnp.float32).sum() + weights.sum()
 
   from flaxdoc.nn import gcn_pallas_kernels as gk  # pylint: disable=import-outside-toplevel
@@ -327,6 +328,9 @@ def gcn_problem(tiles, save: bool, nodes: int = 1024, hidden: int = 1548,
   per_thread = collections.defaultdict(lambda: cfg.block_rows * t.block_hidden // threads)
   for name in ("gcn_backward_target", "gcn_saved_backward_target"):
     per_thread[name] = t.block_edges * t.block_hidden // threads
+  # The fused forward: BLf nodes' edge rows x all of Hp a program, on its own warps.
+  per_thread["gcn_fused_forward"] = (t.fused_nodes * cfg.padded_slots * cfg.padded_hidden
+                                     // (32 * t.fused_warps))
   args = (s, s, jnp.zeros((f, hidden)), jnp.zeros(hidden), jnp.zeros(hidden))
   # Programs of one layer of LAYER_BATCH rows; the target side's loop runs about K * BL / BE
   # passes a program (each node with K in-edges, as in a local graph).
@@ -334,6 +338,7 @@ def gcn_problem(tiles, save: bool, nodes: int = 1024, hidden: int = 1548,
   passes = collections.defaultdict(lambda: programs)
   for name in ("gcn_backward_target", "gcn_saved_backward_target"):
     passes[name] = programs * (-(-k * t.block_nodes // t.block_edges))
+  passes["gcn_fused_forward"] = LAYER_BATCH * (cfg.padded_nodes // t.fused_nodes)
   return jax.grad(loss, argnums=(0, 1, 2, 3, 4)), args, per_thread, "edge element", passes
 
 
@@ -343,12 +348,13 @@ def run(kernels=("etc", "gcn_saved"), etc_tiles=None, gcn_tiles=None, arch: int 
   for which in kernels:
     if which == "etc":
       fn, args, per_thread, unit, passes = etc_problem(etc_tiles)
-    elif which in ("gcn", "gcn_saved", "gcn_dpre"):
-      fn, args, per_thread, unit, passes = gcn_problem(gcn_tiles, save=which == "gcn_saved",
-                                                       write_d_pre=which == "gcn_dpre")
+    elif which in ("gcn", "gcn_saved", "gcn_dpre", "gcn_fused"):
+      fn, args, per_thread, unit, passes = gcn_problem(
+          gcn_tiles, save=which == "gcn_saved", write_d_pre=which in ("gcn_dpre", "gcn_fused"),
+          fused_forward=which == "gcn_fused")
     else:
-      raise ValueError(f"kernel_sass: unknown kernels {which!r}: etc, gcn, gcn_saved or "
-                       "gcn_dpre")
+      raise ValueError(f"kernel_sass: unknown kernels {which!r}: etc, gcn, gcn_saved, "
+                       "gcn_dpre or gcn_fused")
     seen = set()
     for k in lower_kernels(fn, args):
       if k["name"] in seen:  # the recomputing GCN runs its scores kernel twice
@@ -374,7 +380,7 @@ def main(argv=None) -> int:
   ap.add_argument("--json", action="store_true")
   ap.add_argument("--arch", type=int, default=90, help="compute capability, 90 = H100/H200")
   ap.add_argument("--kernels", nargs="+", default=["etc", "gcn_saved"],
-                  choices=["etc", "gcn", "gcn_saved", "gcn_dpre"])
+                  choices=["etc", "gcn", "gcn_saved", "gcn_dpre", "gcn_fused"])
   ap.add_argument("--etc_tiles", default=None, help="six ints, as bench.etc_kernel --tiles")
   ap.add_argument("--gcn_tiles", default=None, help="four ints, as bench.gcn_kernel --tiles")
   a = ap.parse_args(argv)

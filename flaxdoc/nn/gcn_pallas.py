@@ -35,6 +35,15 @@ from the forward, but within the backward the source-tile kernel writes `d pre` 
 `[B, Lp * Kp, Hp]` array, freed with the layer's backward) and the target side sums it:
 four GELU evaluations an element instead of five.
 
+`fused_forward=True` with `write_d_pre` (`GCNLayer(kernel="pallas_fused")`) runs the
+forward as one kernel on a grid of (batch row, node tile): a program takes a few nodes'
+edge rows across all of `H`, evaluates each element once, keeps `x` in registers while the
+scores complete, takes the softmax over the slots and pools from what it kept
+(`gcn_pallas_kernels.fused_forward_kernel`). Three evaluations an element a step, one
+launch and one XLA softmax fewer; the backward is `write_d_pre`'s. Its tiles are
+`Tiles.fused_nodes` / `fused_warps`; its instructions counted (`bench.kernel_sass`), not
+yet timed.
+
 The kernels work on node arrays padded to whole tiles (`[B, Lp, Hp]`), `S` and `N` as the
 two halves of one `[B, Lp, 2 Hp]` array `[S | N]`, whose gradient they write as one array
 too (the source side `d S`, the target side `d N` into the same buffer). `GCNLayer` calls
@@ -58,6 +67,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.experimental import pallas as pl
 
 from flaxdoc.nn import batch_parallel
 from flaxdoc.nn import gcn_pallas_calls as calls
@@ -90,6 +100,11 @@ class Tiles:
   block_hidden: int = 32
   block_edges: int = 32
   warps: int = 4
+  # `fused_forward`'s kernel: nodes a program (x all of H; divides block_nodes) and warps.
+  # 2 x 8: no spill at FormNet-A2's sizes (`bench.kernel_sass`; 4 warps spill, 16 double
+  # the instructions); untimed.
+  fused_nodes: int = 2
+  fused_warps: int = 8
 
 
 DEFAULT_TILES = Tiles()
@@ -101,23 +116,29 @@ DEFAULT_TILES = Tiles()
 DPRE_TILES = Tiles(block_hidden=64, block_edges=64)
 
 
-def default_tiles(save_activations: bool = False, write_d_pre: bool = False) -> Tiles:
-  """The tiles a form runs with when none are given."""
+def default_tiles(save_activations: bool = False, write_d_pre: bool = False,
+                  fused_forward: bool = False) -> Tiles:
+  """The tiles a form runs with when none are given (`fused_forward` runs the backward of
+  `write_d_pre`, with its tiles)."""
+  del fused_forward  # its own kernel's sizes are fields of every Tiles
   return DPRE_TILES if write_d_pre and not save_activations else DEFAULT_TILES
 
 
 # The fused forms by the names `GCNLayer(kernel=...)` and the configs use: recompute each
 # edge's GELU in the backward, save it from the forward, or recompute it once in the
-# backward and pass `d pre` from the source side to the target side.
+# backward and pass `d pre` from the source side to the target side; and that backward
+# after a forward in one kernel that evaluates each edge's GELU once (session 16, untimed).
 FORMS = {
-    "pallas": dict(save_activations=False, write_d_pre=False),
-    "pallas_saved": dict(save_activations=True, write_d_pre=False),
-    "pallas_dpre": dict(save_activations=False, write_d_pre=True),
+    "pallas": dict(save_activations=False, write_d_pre=False, fused_forward=False),
+    "pallas_saved": dict(save_activations=True, write_d_pre=False, fused_forward=False),
+    "pallas_dpre": dict(save_activations=False, write_d_pre=True, fused_forward=False),
+    "pallas_fused": dict(save_activations=False, write_d_pre=True, fused_forward=True),
 }
 
 
 def form_options(form: str) -> dict:
-  """`message_attention`'s `save_activations` / `write_d_pre` for a form's name."""
+  """`message_attention`'s `save_activations` / `write_d_pre` / `fused_forward` for a form's
+  name."""
   if form not in FORMS:
     raise ValueError(f"unknown fused GCN form {form!r}; expected one of {tuple(FORMS)}")
   return dict(FORMS[form])
@@ -135,7 +156,10 @@ def _attention_pool(cfg, sn, edges, ids, mask, we, b1, v):
 
 def _recomputing_forward(cfg, x, out_dtype):
   """`((pooled [B, Lp, Hp], weights [B, L, K]), a)`: the scores kernel, the softmax, the
-  pooling kernel."""
+  pooling kernel; or the one fused kernel (`cfg.fused_nodes`)."""
+  if cfg.fused_nodes:
+    pooled, a = calls.fused_forward(cfg, x, out_dtype)
+    return (pooled, _weights(cfg, a)), a
   a = calls.softmax(cfg, calls.edge_dot(cfg, x, x["v"], per_node_u=False), x["mask"])
   return (calls.pool(cfg, x, a, out_dtype), _weights(cfg, a)), a
 
@@ -208,6 +232,7 @@ def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
                    neighbor_ids: Array, neighbor_mask: Array, edge_kernel: Array,
                    bias: Array, score_vector: Array, *, tiles: Tiles | None = None,
                    save_activations: bool = False, write_d_pre: bool = False,
+                   fused_forward: bool = False,
                    interpret: bool | None = None) -> tuple[Array, Array]:
   """FormNet's GCN message attention, fused: `(pooled [B, L, H], weights [B, L, K])`.
 
@@ -244,6 +269,12 @@ def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
       interpreter; on a GPU the two kernels compute `d pre` in differently compiled code):
       the target side's product takes `d pre` in the inputs' dtype either way. (Implied
       by `save_activations`.)
+    fused_forward: with `write_d_pre` and not `save_activations` (`GCNLayer(kernel=
+      "pallas_fused")`): the forward is one kernel that evaluates each edge element once,
+      keeping a program's `x` (`tiles.fused_nodes` nodes x all of `H`) while its scores
+      complete, with the softmax over slots inside (`gcn_pallas_kernels.
+      fused_forward_kernel`): three evaluations an element a step instead of four, and no
+      XLA softmax between forward kernels. The same values up to the order of additions.
     interpret: run the Pallas interpreter (default: when the backend is not a GPU).
 
   Returns:
@@ -254,7 +285,7 @@ def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
                      f"expected {tuple(from_self.shape)}")
   cfg = _config("attention_pool", from_self, edge_features, neighbor_ids, neighbor_mask,
                 edge_kernel, bias, score_vector, tiles, save_activations, write_d_pre,
-                interpret)
+                fused_forward, interpret)
   sn = jnp.concatenate([calls.pad_nodes(cfg, from_self),
                         calls.pad_nodes(cfg, from_neighbor.astype(from_self.dtype))], axis=-1)
   return _run(cfg, sn, edge_features, neighbor_ids, neighbor_mask, edge_kernel, bias,
@@ -265,7 +296,7 @@ def message_attention(h: Array, self_kernel: Array, neighbor_kernel: Array,
                       edge_features: Array, neighbor_ids: Array, neighbor_mask: Array,
                       edge_kernel: Array, bias: Array, score_vector: Array, *,
                       tiles: Tiles | None = None, save_activations: bool = False,
-                      write_d_pre: bool = False,
+                      write_d_pre: bool = False, fused_forward: bool = False,
                       interpret: bool | None = None) -> tuple[Array, Array]:
   """`attention_pool(h @ self_kernel, h @ neighbor_kernel, ...)`, as `GCNLayer` runs it.
 
@@ -284,7 +315,7 @@ def message_attention(h: Array, self_kernel: Array, neighbor_kernel: Array,
     self_kernel, neighbor_kernel: `[E, H]`, the first message layer's rows for the node
       and for its neighbour.
     edge_features, neighbor_ids, neighbor_mask, edge_kernel, bias, score_vector, tiles,
-    save_activations, write_d_pre, interpret: as `attention_pool`'s.
+    save_activations, write_d_pre, fused_forward, interpret: as `attention_pool`'s.
 
   Returns:
     `(pooled [B, L, H] in h's dtype, weights [B, L, K] float32)`.
@@ -299,7 +330,7 @@ def message_attention(h: Array, self_kernel: Array, neighbor_kernel: Array,
   node_parts = jax.ShapeDtypeStruct((batch, nodes, self_kernel.shape[1]), h.dtype)
   cfg = _config("message_attention", node_parts, edge_features, neighbor_ids, neighbor_mask,
                 edge_kernel, bias, score_vector, tiles, save_activations, write_d_pre,
-                interpret)
+                fused_forward, interpret)
   h = jnp.pad(h, [(0, 0), (0, cfg.padded_nodes - nodes), (0, 0)])
   columns = [(0, 0), (0, cfg.padded_hidden - cfg.hidden)]
   # One product for both parts: the kernels read `S` and `N` as the two halves of its
@@ -326,7 +357,8 @@ def _run(cfg, sn, edge_features, neighbor_ids, neighbor_mask, edge_kernel, bias,
 
 
 def _config(owner, from_self, edge_features, neighbor_ids, neighbor_mask, edge_kernel, bias,
-            score_vector, tiles, save_activations, write_d_pre, interpret) -> Config:
+            score_vector, tiles, save_activations, write_d_pre, fused_forward,
+            interpret) -> Config:
   """Checks the shapes and tiles; the call's `Config`. `from_self` may be abstract."""
   batch, nodes, hidden = from_self.shape
   if neighbor_ids.ndim != 3 or tuple(neighbor_ids.shape[:2]) != (batch, nodes):
@@ -348,8 +380,15 @@ def _config(owner, from_self, edge_features, neighbor_ids, neighbor_mask, edge_k
       raise ValueError(f"{owner}: {name} has shape {tuple(vec.shape)}, "
                        f"expected {(hidden,)}")
   t = tiles or default_tiles(save_activations, write_d_pre)
+  if fused_forward and (save_activations or not write_d_pre):
+    raise ValueError(f"{owner}: fused_forward runs with write_d_pre=True and "
+                     "save_activations=False (the form 'pallas_fused')")
+  if fused_forward and t.block_nodes % t.fused_nodes:
+    raise ValueError(f"{owner}: tiles.fused_nodes={t.fused_nodes} must divide "
+                     f"tiles.block_nodes={t.block_nodes} (the backward's node tiles set the "
+                     "padded length)")
   for name, value in dataclasses.asdict(t).items():
-    if name != "warps" and (value < 1 or value & (value - 1)):
+    if name not in ("warps", "fused_warps") and (value < 1 or value & (value - 1)):
       raise ValueError(f"{owner}: tiles.{name} must be a power of two, got {value}")
   if interpret is None:
     interpret = pallas_backend.default_interpret("gcn_pallas", "the fused GCN kernels run",
@@ -359,10 +398,17 @@ def _config(owner, from_self, edge_features, neighbor_ids, neighbor_mask, edge_k
       if getattr(t, name) < 16:  # Triton's dots want >= 16 on every side
         raise ValueError(f"{owner}: on a GPU tiles.{name} must be >= 16, "
                          f"got {getattr(t, name)}")
-    if t.warps < 1 or t.warps & (t.warps - 1):
-      raise ValueError(f"{owner}: tiles.warps must be a power of two, got {t.warps}")
+    for name in ("warps", "fused_warps"):
+      if getattr(t, name) < 1 or getattr(t, name) & (getattr(t, name) - 1):
+        raise ValueError(f"{owner}: tiles.{name} must be a power of two, "
+                         f"got {getattr(t, name)}")
+    kp = int(pl.next_power_of_2(max(neighbor_ids.shape[2], 1)))
+    if fused_forward and t.fused_nodes * kp < 16:  # the fused kernel's edge product's rows
+      raise ValueError(f"{owner}: on a GPU tiles.fused_nodes x the padded slots ({kp}) must "
+                       f"be >= 16, got fused_nodes={t.fused_nodes}")
   return Config(nodes=nodes, slots=slots, features=features, hidden=hidden,
                 block_nodes=t.block_nodes, block_hidden=t.block_hidden,
                 block_edges=t.block_edges, warps=t.warps, interpret=bool(interpret),
                 bf16=from_self.dtype == jnp.bfloat16, save_activations=bool(save_activations),
-                write_d_pre=bool(write_d_pre) and not save_activations)
+                write_d_pre=bool(write_d_pre) and not save_activations,
+                fused_nodes=t.fused_nodes if fused_forward else 0, fused_warps=t.fused_warps)

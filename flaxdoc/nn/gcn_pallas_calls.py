@@ -122,6 +122,36 @@ def pool(cfg, x, a, out_dtype):
                "gcn_pool")(x["sn"], x["sn"], x["tgt"], x["e"], x["we"], a)
 
 
+def fused_forward(cfg, x, out_dtype):
+  """`(pooled [B, Lp, Hp], weights [B, rows])` in one kernel (`cfg.fused_nodes` nodes x all
+  of `Hp` a program; `kernels.fused_forward_kernel`), on a grid of (batch row, node tile)."""
+  batch = x["sn"].shape[0]
+  bl, lp, hp, fp = cfg.fused_nodes, cfg.padded_nodes, cfg.padded_hidden, cfg.padded_features
+  br = bl * cfg.padded_slots
+  node_tile = pl.BlockSpec((None, bl, hp), lambda b, i: (b, i, 0))
+  edge_tile = pl.BlockSpec((None, br), lambda b, i: (b, i))
+  in_specs = [node_tile,
+              pl.BlockSpec((None, lp, hp), lambda b, i: (b, 0, 1)),  # N, `[S | N]`'s 2nd half
+              edge_tile, pl.BlockSpec((None, br, fp), lambda b, i: (b, i, 0)),
+              pl.BlockSpec((fp, hp), lambda b, i: (0, 0)), pl.BlockSpec((hp,), lambda b, i: (0,)),
+              edge_tile]
+  kwargs = {}
+  if not cfg.interpret:
+    from jax.experimental.pallas import triton as plgpu  # pylint: disable=import-outside-toplevel
+    kwargs["compiler_params"] = plgpu.CompilerParams(num_warps=cfg.fused_warps, num_stages=1)
+  # Every program reads all of `[We; b1]`: in bfloat16 where the edge product takes it so
+  # anyway (`kernels._dot`), half the bytes.
+  we = x["we"].astype(jnp.bfloat16) if cfg.bf16 else x["we"]
+  return pl.pallas_call(
+      functools.partial(kernels.fused_forward_kernel, cfg), grid=(batch, cfg.fused_tiles),
+      in_specs=in_specs,
+      out_specs=[pl.BlockSpec((None, lp, hp), lambda b, i: (b, 0, 0)), edge_tile],
+      out_shape=[jax.ShapeDtypeStruct((batch, lp, hp), out_dtype),
+                 jax.ShapeDtypeStruct((batch, cfg.rows), F32)],
+      interpret=cfg.interpret, name="gcn_fused_forward", **kwargs)(
+          x["sn"], x["sn"], x["tgt"], x["e"], we, x["v"], x["mask"].astype(jnp.int32))
+
+
 def _source_out_specs(cfg):
   """`d S` per node tile; per-tile partial sums of `d v` and `d [We; b1]`."""
   return [_specs(cfg)["node_tile"],

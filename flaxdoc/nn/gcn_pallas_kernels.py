@@ -35,6 +35,7 @@ import math
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
 
 from flaxdoc.nn import pallas_math as pm
 
@@ -58,6 +59,8 @@ class Config:
   bf16: bool  # the inputs are bfloat16: dots take bfloat16 operands (float32 accumulation)
   save_activations: bool = False  # the forward keeps x and gelu'(pre) for the backward
   write_d_pre: bool = False  # recomputing: the source side writes d pre for the target side
+  fused_nodes: int = 0  # BLf > 0: the forward in one kernel, BLf nodes x all of H a program
+  fused_warps: int = 4  # that kernel's Triton warps
 
   @property
   def padded_slots(self) -> int:  # Kp: whole edge rows per node, a power of two
@@ -90,6 +93,10 @@ class Config:
   @property
   def padded_hidden(self) -> int:
     return self.hidden_chunks * self.block_hidden
+
+  @property
+  def fused_tiles(self) -> int:  # programs a row of the fused forward (BLf divides BL)
+    return self.padded_nodes // self.fused_nodes
 
 
 # --------------------------------------------------------------------------- elementwise pieces
@@ -304,6 +311,72 @@ def target_grad_kernel(cfg, bounds_ref, order_ref, s_ref, n_ref, tgt_ref, e_ref,
     return _pre_grad(cfg, pre, a_ref[edge], ds_ref[edge], dp_ref[src, :].astype(F32), v_ref)[1]
 
   _sum_by_target(cfg, bounds_ref, order_ref, tgt_ref, d_pre_of, d_nb_ref)
+
+
+# --------------------------------------------------------------------------- fused forward
+def _slot_softmax(scores, mask):
+  """Softmax over each node's valid slots (`[BLf, Kp]`, float32); all zero for a node
+  with none, as `gcn_pallas_calls.softmax`."""
+  scores = jnp.where(mask, scores, jnp.finfo(F32).min)
+  e = jnp.where(mask, jnp.exp(scores - jnp.max(scores, axis=1, keepdims=True)), 0.0)
+  total = jnp.sum(e, axis=1, keepdims=True)
+  return e / jnp.where(total > 0, total, 1.0)
+
+
+def fused_forward_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, v_ref, mask_ref, out_ref,
+                         a_ref):
+  """The whole forward of `BLf = cfg.fused_nodes` nodes in one program: each edge row's
+  `x` is evaluated once, over all of `H`, kept (in the inputs' dtype: the pooled sum takes
+  it so either way) while the scores complete, the softmax over the node's slots taken
+  here, and the pooled vectors summed from the kept `x`. The recomputing forward
+  evaluates `x` twice (scores, then pooling: the pooling weights need every hidden
+  unit's share of the score) with an XLA softmax between the two kernels.
+
+  The program walks `H` in static chunks of `BH`; `x` of all chunks stays live (`BLf * Kp`
+  rows x `Hp`, in registers), so `BLf` is small: 2 by default, 16 rows, the least Triton's
+  edge product takes (`bench.kernel_sass`, sm_90, FormNet-A2's sizes, 8 warps: 104
+  registers, no spill, 31.6 instructions an edge element where the scores and pooling
+  kernels take 23.5 + 24.6; 4 warps spill). Scores sum `x . v` in float32 as
+  `edge_dot_kernel` does; the pooled sum is `pool_kernel`'s product, `x` and the weights
+  as operands in the inputs' dtype. Writes the pooled `[BLf, Hp]` and the weights
+  `[BLf * Kp]` (the backward's residual).
+  """
+  bl, kp, bh = cfg.fused_nodes, cfg.padded_slots, cfg.block_hidden
+  keep = jnp.bfloat16 if cfg.bf16 else F32
+  tgt, e_rows = tgt_ref[...], e_ref[...]
+  kept, partial = [], jnp.zeros((bl * kp, bh), F32)
+  for c in range(cfg.hidden_chunks):
+    cols = pl.ds(c * bh, bh)
+    s_rows = jnp.broadcast_to(s_ref[:, cols].astype(F32)[:, None, :], (bl, kp, bh))
+    pre = s_rows.reshape(bl * kp, bh) + n_ref[tgt, cols].astype(F32) + _dot(
+        cfg, e_rows, we_ref[:, cols])
+    x = gelu(pre, cfg.interpret)
+    # The score's sum over H: one multiply-add an element here, one sum across the row's
+    # threads at the end (not one per chunk).
+    partial = partial + x * v_ref[cols].astype(F32)[None, :]
+    kept.append(x.astype(keep))
+  score = jnp.sum(partial, axis=1)  # [BLf * Kp]
+  a = _slot_softmax(score.reshape(bl, kp), mask_ref[...].reshape(bl, kp) != 0)  # [BLf, Kp]
+  a = a.reshape(bl * kp)
+  a_ref[...] = a
+  # The pooled sum as one small product (tensor cores, as `_per_node`) of 16 rows, the least
+  # Triton's dots take (so a program's BLf nodes are not enough): `out_ref` is the row's
+  # whole `[Lp, Hp]`, the product's rows are nodes `start ...` of it, of which only this
+  # tile's are stored (weights `picks`, store mask `mine`). `start` keeps the 16 rows
+  # inside `Lp` at the row's end, so no store is out of range, even masked (the
+  # interpreter clamps a window that would be).
+  rows = min(16, cfg.padded_nodes)
+  first = pl.program_id(1) * bl
+  start = jnp.minimum(first, cfg.padded_nodes - rows)
+  node = lax.broadcasted_iota(jnp.int32, (rows, bl * kp), 0) + (start - first)  # tile's 0..BLf
+  picks = jnp.where(lax.broadcasted_iota(jnp.int32, (rows, bl * kp), 1) // kp == node,
+                    a[None, :], 0.0)
+  row_node = lax.broadcasted_iota(jnp.int32, (rows, bh), 0) + (start - first)
+  mine = (row_node >= 0) & (row_node < bl)
+  for c, x in enumerate(kept):
+    pooled = _dot(cfg, picks, x)  # [rows, BH]
+    plgpu.store(out_ref.at[pl.ds(start, rows), pl.ds(c * bh, bh)],
+                pooled.astype(out_ref.dtype), mask=mine)
 
 
 # --------------------------------------------------------------------------- saved activations

@@ -55,11 +55,21 @@ def problem(seed=0, b=2, nodes=37, k=5, f=11, h=70):
               b1=normal(h), v=normal(h))
 
 
-def fused(tiles=SMALL, save=False, write_d_pre=False):
+def fused(tiles=SMALL, save=False, write_d_pre=False, fused_forward=False):
   def run(s, n, e, ids, mask, we, b1, v):
     return gp.attention_pool(s, n, e, ids, mask, we, b1, v, tiles=tiles, interpret=True,
-                             save_activations=save, write_d_pre=write_d_pre)
+                             save_activations=save, write_d_pre=write_d_pre,
+                             fused_forward=fused_forward)
   return run
+
+
+# The form `pallas_fused`: the forward in one kernel (`save` below is a form's options).
+FUSED_FORWARD = dict(write_d_pre=True, fused_forward=True)
+
+
+def form(save):
+  """`fused`'s options for a test's `save` parameter: False, True or `FUSED_FORWARD`."""
+  return dict(save) if isinstance(save, dict) else dict(save=save)
 
 
 def loss(fn, p, cot_pooled, cot_weights):
@@ -151,15 +161,16 @@ def test_normal_cdf_and_gelu_pieces_match_scipy_and_autodiff():
 
 def check_against_reference(p, tiles=SMALL, seed=5, zero=(), save=False):
   """Values and the gradients of every differentiable input, against `reference`
-  (those named in `zero` are zero by the problem's construction)."""
+  (those named in `zero` are zero by the problem's construction). `save`: as `form`."""
   rng = np.random.default_rng(seed)
   cots = (jnp.asarray(rng.normal(size=p["s"].shape), jnp.float32),
           jnp.asarray(rng.normal(size=p["mask"].shape), jnp.float32))
   want = reference(**p)
-  for got in (fused(tiles, save)(**p), training_forward(fused(tiles, save), p)):
+  run = fused(tiles, **form(save))
+  for got in (run(**p), training_forward(run, p)):
     for g, w in zip(got, want):
       np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-5)
-  for name, g, w in zip(DIFF, grads(fused(tiles, save), p, cots), grads(reference, p, cots)):
+  for name, g, w in zip(DIFF, grads(run, p, cots), grads(reference, p, cots)):
     scale = float(jnp.abs(w).max())
     assert (scale == 0) == (name in zero), name  # no comparison passes by being all zero
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=0,
@@ -168,12 +179,18 @@ def check_against_reference(p, tiles=SMALL, seed=5, zero=(), save=False):
 
 @pytest.mark.parametrize("tiles, save", [
     (SMALL, False), (SMALL, True),  # recomputing every edge's GELU, or saving it
+    # the forward in one kernel, 2 nodes a program (so 16 pooled rows span the tile's
+    # neighbours and, at the row's end, the last 16 nodes: 37 nodes padded to 40)
+    (SMALL, FUSED_FORWARD),
     pytest.param(gp.Tiles(block_nodes=8, block_hidden=16, block_edges=32), False,
-                 marks=pytest.mark.slow)])
+                 marks=pytest.mark.slow),
+    # 8 nodes a fused program, the whole node tile
+    pytest.param(gp.Tiles(block_nodes=8, block_hidden=16, block_edges=32, fused_nodes=8),
+                 FUSED_FORWARD, marks=pytest.mark.slow)])
 def test_values_and_gradients_match_the_reference(tiles, save):
   p = problem()
   check_against_reference(p, tiles, save=save)
-  pooled, weights = fused(tiles, save)(**p)
+  pooled, weights = fused(tiles, **form(save))(**p)
   assert not np.asarray(weights)[0, 3].any() and not np.asarray(pooled)[0, 3].any()
 
 
@@ -274,27 +291,28 @@ def test_no_gradient_reaches_the_edge_features():
     # The recomputing kernels' bfloat16 dots are the saved ones' (`_dot`, cfg.bf16), which the
     # default run checks below; in the slow set for the 15-minute budget.
     pytest.param(False, marks=pytest.mark.slow),
-    True])  # saved: x, its slope and d pre in bfloat16
+    True,  # saved: x, its slope and d pre in bfloat16
+    FUSED_FORWARD])  # x kept in bfloat16 within the forward's program
 def test_bfloat16_inputs_stay_close_to_float32(save):
   p = problem(seed=1)
   low = dict(p, s=p["s"].astype(jnp.bfloat16), n=p["n"].astype(jnp.bfloat16))
   rounded = dict(p, s=low["s"].astype(jnp.float32), n=low["n"].astype(jnp.float32))
   want, want_w = reference(**rounded)
   # Inference, and the training forward (with saved activations it pools the saved x).
-  inference, training = fused(save=save)(**low), training_forward(fused(save=save), low)
+  run = fused(**form(save))
+  inference, training = run(**low), training_forward(run, low)
   for pooled, weights in (inference, training):
     assert pooled.dtype == jnp.bfloat16 and weights.dtype == jnp.float32
     err = float(jnp.linalg.norm(pooled.astype(jnp.float32) - want) / jnp.linalg.norm(want))
     assert err < 1e-2, err
     np.testing.assert_allclose(np.asarray(weights), np.asarray(want_w), atol=3e-2)
-  if save:  # the saved x and the recomputed x both enter one bfloat16 product: the same bits
+  if save:  # the saved (or kept) x and the recomputed x enter one bfloat16 product: same bits
     np.testing.assert_array_equal(np.asarray(inference[0], np.float32),
                                   np.asarray(training[0], np.float32))
   rng = np.random.default_rng(6)
   cots = (jnp.asarray(rng.normal(size=p["s"].shape), jnp.float32),
           jnp.asarray(rng.normal(size=p["mask"].shape), jnp.float32))
-  for name, g, w in zip(DIFF, grads(fused(save=save), low, cots),
-                        grads(reference, rounded, cots)):
+  for name, g, w in zip(DIFF, grads(run, low, cots), grads(reference, rounded, cots)):
     assert g.dtype == low[name].dtype, name
     err = float(jnp.linalg.norm(g.astype(jnp.float32) - w) / jnp.linalg.norm(w))
     assert err < 2e-2, (name, err)  # ~0.8% measured: dots on bfloat16 operands
@@ -312,14 +330,16 @@ def layer_inputs(seed=0, b=2, nodes=20, k=4, width=16, f=6):
 
 
 @pytest.mark.parametrize("kernel", [
-    # The layer's wiring is the same for all three; the saving kernels' values and gradients
+    # The layer's wiring is the same for all forms; the saving kernels' values and gradients
     # are checked against the per-edge reference above. `pallas_dpre` (the one the README
     # recommends, timed on an H100 in session 12) and `pallas` (whose target-side kernel
     # `pallas_dpre` does not use) in the default run, `pallas_saved` in the slow set, for
     # the 15-minute budget.
     "pallas",
     "pallas_dpre",
-    pytest.param("pallas_saved", marks=pytest.mark.slow)])
+    pytest.param("pallas_saved", marks=pytest.mark.slow),
+    # the fused forward's values and gradients are checked against the reference above
+    pytest.param("pallas_fused", marks=pytest.mark.slow)])
 def test_layer_kernels_share_parameters_and_agree(kernel):
   h, ids, feats, mask, node_mask = layer_inputs()
   hidden = 2 * h.shape[-1] + feats.shape[-1]
@@ -364,24 +384,28 @@ SAVING = ["gcn_saved_backward_source", "gcn_saved_backward_target", "gcn_saved_e
           "gcn_saved_pool", "gcn_saving_scores"]
 WRITING = ["gcn_backward_source_writing", "gcn_edge_dot", "gcn_pool",
            "gcn_saved_backward_target"]
+FUSED = ["gcn_backward_source_writing", "gcn_edge_dot", "gcn_fused_forward",
+         "gcn_saved_backward_target"]
 
 
-@pytest.mark.parametrize("save", [False, True])
+@pytest.mark.parametrize("save", [False, True, FUSED_FORWARD])
 @pytest.mark.parametrize("nodes, k, f, h, dtype", [
     (64, 8, 12, 1548, jnp.bfloat16),  # FormNet-A2's hidden width: not a multiple of the chunk
     (37, 5, 11, 70, jnp.float32),  # nothing a power of two or a multiple of a tile
 ])
 def test_lowers_to_triton_for_a_gpu(nodes, k, f, h, dtype, save):
   """Forward and backward lowered for CUDA on this CPU: five Triton kernels (the scores'
-  kernel twice when recomputing); the forward alone saves nothing either way."""
+  kernel twice when recomputing), four with the fused forward (the scores' kernel once, for
+  `d a`); the forward alone saves nothing either way."""
   b = 2
   s = jnp.zeros((b, nodes, h), dtype)
   ids, mask = jnp.zeros((b, nodes, k), jnp.int32), jnp.ones((b, nodes, k), bool)
   e = jnp.zeros((b, nodes, k, f))
 
   def step(s, n, we, b1, v):
+    options = dict(FUSED_FORWARD) if isinstance(save, dict) else dict(save_activations=save)
     pooled, weights = gp.attention_pool(s, n, e, ids, mask, we, b1, v, interpret=False,
-                                        save_activations=save)
+                                        **options)
     return pooled.astype(jnp.float32).sum() + weights.sum()
 
   def kernels(fn):
@@ -391,12 +415,16 @@ def test_lowers_to_triton_for_a_gpu(nodes, k, f, h, dtype, save):
     assert len(names) == text.count("xla.gpu.triton")
     return sorted(set(names)), len(names)
 
+  if isinstance(save, dict):
+    assert kernels(jax.grad(step, argnums=(0, 1, 2, 3, 4))) == (FUSED, 4)
+    assert kernels(step) == (["gcn_fused_forward"], 1)
+    return
   want = (SAVING, 5) if save else (RECOMPUTING, 5)
   assert kernels(jax.grad(step, argnums=(0, 1, 2, 3, 4))) == want
   assert kernels(step) == (["gcn_edge_dot", "gcn_pool"], 2)
 
 
-@pytest.mark.parametrize("kernel", ["pallas", "pallas_saved", "pallas_dpre"])
+@pytest.mark.parametrize("kernel", ["pallas", "pallas_saved", "pallas_dpre", "pallas_fused"])
 def test_no_node_array_is_padded_cropped_or_converted_around_the_kernels(kernel):
   """The layer's forward and backward lowered for CUDA (bfloat16, 64 nodes, H = 43 in
   chunks of 32): the only operations on a `[B, L, H]` node array outside the kernels are
@@ -433,7 +461,8 @@ def test_no_node_array_is_padded_cropped_or_converted_around_the_kernels(kernel)
   want = ["convert", "pad", "slice"] if kernel == "pallas" else ["pad", "slice"]
   assert sorted(passes) == want, passes
   names = sorted(set(re.findall(r'name = "(gcn_[a-z_]+)"', text)))
-  assert names == {"pallas": RECOMPUTING, "pallas_saved": SAVING, "pallas_dpre": WRITING}[kernel]
+  assert names == {"pallas": RECOMPUTING, "pallas_saved": SAVING, "pallas_dpre": WRITING,
+                   "pallas_fused": FUSED}[kernel]
 
 
 def test_off_a_gpu_the_interpreter_runs_with_a_warning():
@@ -450,14 +479,25 @@ def test_off_a_gpu_the_interpreter_runs_with_a_warning():
     (dict(n=jnp.zeros((1, 5, 8))), "from_neighbor has shape"),
     (dict(interpret=False), "on a GPU tiles.block_nodes must be >= 16"),
     (dict(interpret=False, tiles=gp.Tiles(warps=3)), "warps must be a power of two"),
+    (dict(interpret=False, tiles=gp.Tiles(fused_warps=6), fused_forward=True,
+          write_d_pre=True), "fused_warps must be a power of two"),
+    (dict(fused_forward=True), "fused_forward runs with write_d_pre=True"),
+    (dict(fused_forward=True, write_d_pre=True, save_activations=True),
+     "fused_forward runs with write_d_pre=True and save_activations=False"),
+    (dict(tiles=gp.Tiles(block_nodes=4, block_hidden=32, block_edges=8, fused_nodes=8),
+          fused_forward=True, write_d_pre=True), "fused_nodes=8 must divide"),
+    (dict(interpret=False, tiles=gp.Tiles(fused_nodes=4), fused_forward=True,
+          write_d_pre=True), r"fused_nodes x the padded slots \(2\) must be >= 16"),
 ])
 def test_clear_errors(change, message):
   p = problem(b=1, nodes=4, k=2, f=3, h=8)
   p = dict(p, **change)
   tiles, interpret = p.pop("tiles", SMALL), p.pop("interpret", True)
+  options = {k: p.pop(k) for k in ("fused_forward", "write_d_pre", "save_activations")
+             if k in p}
   with pytest.raises(ValueError, match=message):
     gp.attention_pool(p["s"], p["n"], p["e"], p["ids"], p["mask"], p["we"], p["b1"], p["v"],
-                      tiles=tiles, interpret=interpret)
+                      tiles=tiles, interpret=interpret, **options)
 
 
 def test_layer_and_spec_name_a_bad_kernel():
@@ -469,19 +509,22 @@ def test_layer_and_spec_name_a_bad_kernel():
   EncoderSpec(gcn_layers=1, gcn_kernel="pallas").validate()
   EncoderSpec(gcn_layers=1, gcn_kernel="pallas_saved").validate()
   EncoderSpec(gcn_layers=1, gcn_kernel="pallas_dpre").validate()
+  EncoderSpec(gcn_layers=1, gcn_kernel="pallas_fused").validate()
 
 
 def test_form_names_map_to_the_kernels_options():
   """The names `GCNLayer(kernel=...)` takes, and their `message_attention` options."""
-  assert gp.form_options("pallas") == dict(save_activations=False, write_d_pre=False)
-  assert gp.form_options("pallas_saved") == dict(save_activations=True, write_d_pre=False)
-  assert gp.form_options("pallas_dpre") == dict(save_activations=False, write_d_pre=True)
-  assert gcn.FUSED_KERNELS == ("pallas", "pallas_saved", "pallas_dpre")
+  none = dict(save_activations=False, write_d_pre=False, fused_forward=False)
+  assert gp.form_options("pallas") == none
+  assert gp.form_options("pallas_saved") == dict(none, save_activations=True)
+  assert gp.form_options("pallas_dpre") == dict(none, write_d_pre=True)
+  assert gp.form_options("pallas_fused") == dict(none, write_d_pre=True, fused_forward=True)
+  assert gcn.FUSED_KERNELS == ("pallas", "pallas_saved", "pallas_dpre", "pallas_fused")
   with pytest.raises(ValueError, match="unknown fused GCN form 'xla'"):
     gp.form_options("xla")
 
 
-@pytest.mark.parametrize("form", ["pallas", "pallas_saved", "pallas_dpre"])
+@pytest.mark.parametrize("form", ["pallas", "pallas_saved", "pallas_dpre", "pallas_fused"])
 def test_gcn_layer_passes_its_forms_options(form, monkeypatch):
   """`GCNLayer(kernel=form)` reaches `message_attention` with that form's options."""
   seen = {}
@@ -499,7 +542,8 @@ def test_gcn_layer_passes_its_forms_options(form, monkeypatch):
   with pytest.raises(Reached):
     GCNLayer(hidden_features=6, kernel=form).init(
         jax.random.key(0), h, p["ids"], p["e"], p["mask"])
-  assert {k: seen[k] for k in ("save_activations", "write_d_pre")} == gp.form_options(form)
+  options = ("save_activations", "write_d_pre", "fused_forward")
+  assert {k: seen[k] for k in options} == gp.form_options(form)
 
 
 @pytest.mark.parametrize("save, write_d_pre, tiles", [
