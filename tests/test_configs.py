@@ -51,6 +51,7 @@ def test_config_defaults(name):
   assert config.data.scheme == scheme
   assert config.optim.lr == lr
   assert config.mode == "train"
+  assert config.model.pad_to_multiple_of == 1  # off unless asked for
   # The full-size model builds (no tracing: only the config checks run).
   models.build_model(config.model, vocab_size=1000, num_tags=9, max_len=config.data.max_len,
                      pretraining=False, dtype=config.dtype)
@@ -117,3 +118,10 @@ def test_overrides_after_locking():
   model = models.build_model(config.model, vocab_size=50, num_tags=3, max_len=64,
                              pretraining=False)
   assert model.spec.position_1d == "sine" and model.spec.fixed_bias == "cross"
+  # As `--config.model.pad_to_multiple_of=8` on the command line sets it.
+  config = load("formnet_a2")("local")
+  config.lock()
+  config.model.pad_to_multiple_of = 8
+  model = models.build_model(config.model, vocab_size=50, num_tags=3, max_len=64,
+                             pretraining=False)
+  assert model.spec.pad_to_multiple_of == 8

@@ -6,7 +6,7 @@ r"""Accelerator figures: FormNet-A2 pre-training step, ETC vs dense attention, c
         [--ablation full etc_rich etc] [--gcn_backward scatter_f32 scatter]
         [--mlm_positions capped all] [--etc_kernel xla pallas]
         [--gcn_kernel xla pallas pallas_saved pallas_dpre] [--etc_tiles 32,64,4,32,32,4]
-        [--gcn_tiles 16,32,32,4]
+        [--gcn_tiles 16,32,32,4] [--pad_to_multiple_of 1 8]
 
 Three tables, each row in its own subprocess (so the device's `peak_bytes_in_use`
 belongs to that row alone):
@@ -23,7 +23,10 @@ belongs to that row alone):
   tokens/s, the device's peak memory, and MFU: *model* matmul FLOPs (below) per
   second over `--peak_tflops` (H100 / H200 SXM dense bf16: 989 TFLOP/s). XLA's own
   count (`cost_analysis()["flops"]`, element-wise work included) is printed beside it
-  as `xla_tflop`.
+  as `xla_tflop`. `--pad_to_multiple_of N`: the encoder's rows (1 global + the tokens)
+  padded with masked rows to a multiple of N (`EncoderSpec.pad_to_multiple_of`; 1025 ->
+  1032 at 1,024 tokens with 8), for the GEMMs' sake; the model FLOPs stay those of the
+  real rows, so a padded row's MFU is comparable with an unpadded one's.
 * `attention`: forward of the 12 x 768 encoder (the `flaxdoc.bench.attention`
   rows `etc_rich` and `dense`; `etc_rich_pallas`, the same with the fused ETC
   kernel, when `--etc_kernel` names `pallas`) at 2k / 8k / 16k tokens in `--dtype`.
@@ -59,9 +62,9 @@ H100_BF16_TFLOPS = 989.0  # H100 SXM5 dense bf16 peak (NVIDIA datasheet; sparsit
 MULTILINGUAL_VOCAB = 119_547
 MLM_RATE = 0.15
 COLUMNS_PRETRAIN = ("ablation", "etc_kernel", "gcn_kernel", "gcn_backward", "mlm_positions",
-                    "length", "batch", "dtype", "param_dtype", "prng", "dropout", "step_ms",
-                    "tokens_per_s", "model_tflop", "xla_tflop", "tflops", "mfu", "peak_gb",
-                    "compile_s", "note")
+                    "pad_to_multiple_of", "length", "batch", "dtype", "param_dtype", "prng",
+                    "dropout", "step_ms", "tokens_per_s", "model_tflop", "xla_tflop", "tflops",
+                    "mfu", "peak_gb", "compile_s", "note")
 COLUMNS_ATTENTION = ("impl", "tokens", "dtype", "time_ms", "tokens_per_s", "gflop", "tflops",
                      "peak_gb")
 COLUMNS_SDPA = ("impl", "tokens", "bias", "pass", "time_ms", "tflops", "max_err")
@@ -137,7 +140,7 @@ def _cost_flops(compiled) -> float | None:
 # --------------------------------------------------------------------------- rows
 def formnet_model(s: Sizes, length: int, dtype: str, param_dtype: str, local: bool,
                   ablation: str = "full", etc_kernel: str = "xla", gcn_kernel: str = "xla",
-                  etc_tiles: tuple = (), gcn_tiles: tuple = ()):
+                  etc_tiles: tuple = (), gcn_tiles: tuple = (), pad_to_multiple_of: int = 1):
   from flaxdoc.models import document_encoder as de  # pylint: disable=import-outside-toplevel
   from flaxdoc.models import formnet  # pylint: disable=import-outside-toplevel
   config = formnet.model_config(f"A2/{ablation}", local=local)
@@ -145,6 +148,7 @@ def formnet_model(s: Sizes, length: int, dtype: str, param_dtype: str, local: bo
   config.gcn_kernel = gcn_kernel
   config.etc_tiles = tuple(etc_tiles)
   config.gcn_tiles = tuple(gcn_tiles)
+  config.pad_to_multiple_of = int(pad_to_multiple_of)
   model = formnet.build(config, vocab_size=s.vocab, num_tags=1, max_len=length, pretraining=True,
                         dtype=dtype)
   if param_dtype != "float32":
@@ -180,7 +184,8 @@ def pretrain_batch(batch: int, length: int, s: Sizes, mlm_rate: float = MLM_RATE
 def pretrain_step(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes, local: bool,
                   ablation: str = "full", dropout: bool = True, gcn_backward: str = "scatter_f32",
                   mlm_positions: str = "capped", etc_kernel: str = "xla",
-                  gcn_kernel: str = "xla", etc_tiles: tuple = (), gcn_tiles: tuple = ()):
+                  gcn_kernel: str = "xla", etc_tiles: tuple = (), gcn_tiles: tuple = (),
+                  pad_to_multiple_of: int = 1):
   """`(step, (params, opt_state, data), tx, head_positions, sizes)`: the step not yet jitted.
 
   `step(params, opt_state, data, rng) -> (params, opt_state, loss)`: forward, backward
@@ -193,7 +198,7 @@ def pretrain_step(length: int, batch: int, dtype: str, param_dtype: str, s: Size
   from flaxdoc import models  # pylint: disable=import-outside-toplevel
   from flaxdoc.train import objectives  # pylint: disable=import-outside-toplevel
   model = formnet_model(s, length, dtype, param_dtype, local, ablation, etc_kernel,
-                        gcn_kernel, etc_tiles, gcn_tiles)
+                        gcn_kernel, etc_tiles, gcn_tiles, pad_to_multiple_of)
   if ablation != "full":
     s = dataclasses.replace(s, gcn_layers=0)
   # "all": the MLM head scores every position; "capped": only the targets, at most
@@ -228,7 +233,7 @@ def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes
                  dropout: bool = True, profile: str | None = None,
                  gcn_backward: str = "scatter_f32", mlm_positions: str = "capped",
                  etc_kernel: str = "xla", gcn_kernel: str = "xla", etc_tiles: tuple = (),
-                 gcn_tiles: tuple = ()) -> dict:
+                 gcn_tiles: tuple = (), pad_to_multiple_of: int = 1) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
   from flaxdoc import models  # pylint: disable=import-outside-toplevel
   if prng != "threefry":
@@ -238,7 +243,7 @@ def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes
     jax.config.update("jax_default_prng_impl", prng)
   step, (params, opt_state, data), _, head_positions, s = pretrain_step(
       length, batch, dtype, param_dtype, s, local, ablation, dropout, gcn_backward,
-      mlm_positions, etc_kernel, gcn_kernel, etc_tiles, gcn_tiles)
+      mlm_positions, etc_kernel, gcn_kernel, etc_tiles, gcn_tiles, pad_to_multiple_of)
   t0 = time.perf_counter()
   compiled = jax.jit(step, donate_argnums=(0, 1)).lower(params, opt_state, data,
                                                           jax.random.key(0)).compile()
@@ -251,6 +256,7 @@ def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes
              etc_tiles=list(etc_tiles) or None, gcn_tiles=list(gcn_tiles) or None, prng=prng,
              dropout=dropout, gcn_backward=gcn_backward,
              mlm_positions=mlm_positions if head_positions is None else head_positions,
+             pad_to_multiple_of=pad_to_multiple_of,
              note=os.environ.get("XLA_FLAGS") or None, device=str(jax.devices()[0].device_kind),
              params=models.count_tree(params))
   return _time_pretrain(compiled, state, data, length, batch, s, peak_tflops, iters, profile, row,
@@ -276,7 +282,9 @@ def _time_pretrain(compiled, state, data, length, batch, s, peak_tflops, iters, 
     folder = os.path.join(profile, f"pretrain_{row['ablation']}_{row['etc_kernel']}_"
                                    f"gcn{row['gcn_kernel']}_"
                                    f"{row['gcn_backward']}_"
-                                   f"mlm{row['mlm_positions']}_{length}x{batch}_{row['dtype']}")
+                                   f"mlm{row['mlm_positions']}_{length}x{batch}_{row['dtype']}"
+                                   + (f"_pad{row['pad_to_multiple_of']}"
+                                      if row["pad_to_multiple_of"] != 1 else ""))
     with jax.profiler.trace(folder, create_perfetto_trace=True):
       for _ in range(3):
         jax.block_until_ready(call())
@@ -409,7 +417,8 @@ def run_one(spec: dict) -> list[dict]:
                          spec.get("gcn_backward", "scatter_f32"),
                          spec.get("mlm_positions", "capped"), spec.get("etc_kernel", "xla"),
                          spec.get("gcn_kernel", "xla"), tuple(spec.get("etc_tiles") or ()),
-                         tuple(spec.get("gcn_tiles") or ()))]
+                         tuple(spec.get("gcn_tiles") or ()),
+                         spec.get("pad_to_multiple_of", 1))]
   if part == "attention":
     return [run_attention(spec["impl"], spec["length"], spec["dtype"], s)]
   if part == "sdpa":
@@ -434,7 +443,8 @@ def plan(a) -> list[dict]:
             gcn_rows = [(gk, gb) for gk in a.gcn_kernel
                         for gb in (a.gcn_backward if gk == "xla" else a.gcn_backward[:1])]
           for gcn_kernel, gcn_backward in gcn_rows:
-            for mlm_positions in a.mlm_positions:
+            for mlm_positions, pad in [(m, n) for m in a.mlm_positions
+                                       for n in a.pad_to_multiple_of]:
               specs.append(dict(part="pretrain", length=length, batch=batch,
                                 param_dtype=a.param_dtype, peak_tflops=a.peak_tflops,
                                 iters=a.iters, ablation=ablation, etc_kernel=etc_kernel,
@@ -443,7 +453,7 @@ def plan(a) -> list[dict]:
                                 gcn_backward=gcn_backward, mlm_positions=mlm_positions,
                                 etc_tiles=a.etc_tiles if etc_kernel == "pallas" else None,
                                 gcn_tiles=a.gcn_tiles if gcn_kernel != "xla" else None,
-                                **common_))
+                                pad_to_multiple_of=pad, **common_))
   if "attention" in a.parts:
     for length in a.attention_lengths:
       fused = ("etc_rich_pallas",) if "pallas" in a.etc_kernel else ()
@@ -533,6 +543,11 @@ def main(argv=None) -> int:
   p.add_argument("--gcn_tiles", type=_ints, default=None, metavar="NODES,HIDDEN,EDGES,WARPS",
                  help="the fused GCN kernels' tiles (flaxdoc.nn.gcn_pallas.Tiles; default: "
                       "their defaults)")
+  p.add_argument("--pad_to_multiple_of", type=int, nargs="+", default=[1], metavar="N",
+                 help="pad the encoder's rows (1 global + the tokens) with masked rows to a "
+                      "multiple of N in the pre-training rows (EncoderSpec.pad_to_multiple_of; "
+                      "1: off; 8: 1025 -> 1032 rows at 1,024 tokens, for the GEMMs); one row "
+                      "each, back to back")
   p.add_argument("--timeout", type=float, default=600)
   p.add_argument("--local", action="store_true", help="shrunk model, for CPU smoke tests")
   p.add_argument("--prng", default="threefry", choices=["threefry", "rbg", "unsafe_rbg"],

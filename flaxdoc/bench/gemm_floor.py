@@ -2,7 +2,7 @@ r"""The matrix-multiply floor of the FormNet-A2 pre-training step: each of its p
 
     python -m flaxdoc.bench.gemm_floor [--json] [--length 1024] [--batch 16]
         [--etc_kernel xla|pallas] [--gcn_kernel xla|pallas] [--dtype bfloat16]
-        [--iters 20] [--top 20] [--step_ms MS] [--local]
+        [--iters 20] [--top 20] [--step_ms MS] [--local] [--pad_to_multiple_of 8]
 
 What MFU can the step reach on this chip at all? This lowers the step that
 `flaxdoc.bench.accelerator` times (forward, backward, AdamW), reads every
@@ -27,7 +27,9 @@ A step where every other kernel took no time would still take their sum, so
 bounds what this model reaches with these products (work inside fused Pallas
 kernels, such as ETC's scores, counts as free, which makes the bound optimistic).
 Printed: the products that take longest, then the summary; `--step_ms` adds a
-measured step and its ratio to the floor.
+measured step and its ratio to the floor. `--pad_to_multiple_of N` lowers the step with
+the encoder's rows padded to a multiple of N (`EncoderSpec.pad_to_multiple_of`), so its
+products are the padded shapes (the model FLOPs stay those of the real rows).
 """
 
 from __future__ import annotations
@@ -56,8 +58,9 @@ _STRING = re.compile(r'@?"(?:[^"\\]|\\.)*"')
 
 def _blank_strings(line: str) -> str:
   return _STRING.sub(lambda m: m[0] if m[0].startswith("@") else '""', line)
-SUMMARY_COLUMNS = ("what", "length", "batch", "dtype", "device", "etc_kernel", "gcn_kernel", "dots", "distinct",
-                   "dot_tflop", "model_tflop", "gemm_ms", "gemm_tflops", "adamw_ms", "floor_ms",
+SUMMARY_COLUMNS = ("what", "length", "batch", "dtype", "device", "etc_kernel", "gcn_kernel",
+                   "pad_to_multiple_of", "dots", "distinct", "dot_tflop", "model_tflop",
+                   "gemm_ms", "gemm_tflops", "adamw_ms", "floor_ms",
                    "bound_mfu", "step_ms", "step_over_floor")
 DOT_COLUMNS = ("lhs", "rhs", "out", "count", "gflop", "ms_each", "ms_total", "tflops", "share")
 
@@ -242,14 +245,15 @@ def _label(shape: tuple[int, ...], dtype: str) -> str:
 
 
 def run(length: int, batch: int, dtype: str, etc_kernel: str, gcn_kernel: str, iters: int,
-        local: bool, peak_tflops: float, step_ms: float | None = None):
+        local: bool, peak_tflops: float, step_ms: float | None = None,
+        pad_to_multiple_of: int = 1):
   """`(summary_row, dot_rows)` for the step at these sizes."""
   import jax  # pylint: disable=import-outside-toplevel
   from flaxdoc.bench import accelerator as acc  # pylint: disable=import-outside-toplevel
   sizes = acc.LOCAL if local else acc.Sizes()
   step, (params, opt_state, data), tx, head_positions, sizes = acc.pretrain_step(
       length, batch, dtype, "float32", sizes, local, etc_kernel=etc_kernel,
-      gcn_kernel=gcn_kernel)
+      gcn_kernel=gcn_kernel, pad_to_multiple_of=pad_to_multiple_of)
   text = jax.jit(step).lower(params, opt_state, data, jax.random.key(0)).as_text()
   counts = count_dots(text)
   dot_tflop = sum(d.flop * n for d, n in counts.items()) / 1e12
@@ -274,7 +278,8 @@ def run(length: int, batch: int, dtype: str, etc_kernel: str, gcn_kernel: str, i
   adamw_ms = time_adamw(tx, params, opt_state, iters) * 1e3
   floor_ms = gemm_ms + adamw_ms
   summary = dict(what="floor", length=length, batch=batch, dtype=dtype, etc_kernel=etc_kernel,
-                 gcn_kernel=gcn_kernel, dots=sum(counts.values()), distinct=len(counts),
+                 gcn_kernel=gcn_kernel, pad_to_multiple_of=pad_to_multiple_of,
+                 dots=sum(counts.values()), distinct=len(counts),
                  dot_tflop=dot_tflop, model_tflop=model_tflop, gemm_ms=gemm_ms,
                  gemm_tflops=dot_tflop / gemm_ms * 1e3 if gemm_ms else None,
                  adamw_ms=adamw_ms, floor_ms=floor_ms,
@@ -300,12 +305,15 @@ def main(argv=None) -> int:
   ap.add_argument("--peak_tflops", type=float, default=H100_BF16_TFLOPS)
   ap.add_argument("--step_ms", type=float, default=None, help="a measured step, for the ratio")
   ap.add_argument("--local", action="store_true", help="the shrunk model at 128 x 2 (CPU tests)")
+  ap.add_argument("--pad_to_multiple_of", type=int, default=1, metavar="N",
+                  help="the encoder's rows padded to a multiple of N (1: off; 8: 1025 -> 1032 "
+                       "at 1,024 tokens), as bench.accelerator --pad_to_multiple_of")
   ap.add_argument("--json", action="store_true")
   a = ap.parse_args(argv)
   length, batch = (128, 2) if a.local else (a.length, a.batch)
   kernels = [k or ("xla" if a.local else "pallas") for k in (a.etc_kernel, a.gcn_kernel)]
   summary, rows = run(length, batch, a.dtype, *kernels, a.iters, a.local, a.peak_tflops,
-                      a.step_ms)
+                      a.step_ms, a.pad_to_multiple_of)
   common.emit(rows[:a.top], as_json=a.json, title="the step's products, each alone",
               columns=None if a.json else list(DOT_COLUMNS))
   common.emit([summary], as_json=a.json, title="FormNet-A2 pre-training step: GEMM floor",

@@ -2,7 +2,7 @@ r"""Bytes each op of a compiled step reads and writes: where memory-bound time g
 
     python -m flaxdoc.bench.hlo_traffic [--hlo FILE] [--length 1024] [--batch 16]
         [--etc_kernel pallas] [--gcn_kernel pallas_dpre] [--save FILE] [--top 25]
-        [--bandwidth 3.35e12] [--json]
+        [--bandwidth 3.35e12] [--pad_to_multiple_of 8] [--json]
 
 Without `--hlo`, compiles the FormNet-A2 pre-training step that `bench.accelerator`
 times for an H100 on this machine, with no GPU: XLA's CUDA compiler runs *deviceless*
@@ -221,9 +221,10 @@ def cuda_plugin_available() -> bool:
 
 def compile_step_text(length: int, batch: int, etc_kernel: str = "pallas",
                       gcn_kernel: str = "pallas_dpre", etc_tiles: tuple = (),
-                      gcn_tiles: tuple = ()) -> str:
+                      gcn_tiles: tuple = (), pad_to_multiple_of: int = 1) -> str:
   """The FormNet-A2 pre-training step (`bench.accelerator.pretrain_step`, bfloat16)
-  compiled for an H100 on this machine: the optimised module's text."""
+  compiled for an H100 on this machine: the optimised module's text. `pad_to_multiple_of`:
+  the encoder's rows padded to a multiple (`EncoderSpec.pad_to_multiple_of`)."""
   # Before JAX starts: no local GPU is looked for, and the plugin's check for cuDNN
   # and CUDA libraries, which a deviceless compile does not use, is skipped.
   os.environ.setdefault("CUDA_VISIBLE_DEVICES", "-1")
@@ -251,7 +252,7 @@ def compile_step_text(length: int, batch: int, etc_kernel: str = "pallas",
     step, state, *_ = accelerator.pretrain_step(
         length, batch, "bfloat16", "float32", accelerator.Sizes(), False,
         etc_kernel=etc_kernel, gcn_kernel=gcn_kernel, etc_tiles=etc_tiles,
-        gcn_tiles=gcn_tiles)
+        gcn_tiles=gcn_tiles, pad_to_multiple_of=pad_to_multiple_of)
     spec = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated)  # noqa: E731
     key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=replicated)
     lowered = jax.jit(step, donate_argnums=(0, 1)).trace(*jax.tree.map(spec, state),
@@ -287,6 +288,9 @@ def main(argv=None) -> int:
                  help="write the compiled module's text here (.gz: gzipped)")
   p.add_argument("--bandwidth", type=float, default=H100_BANDWIDTH, help="bytes/s")
   p.add_argument("--top", type=int, default=25)
+  p.add_argument("--pad_to_multiple_of", type=int, default=1, metavar="N",
+                 help="the encoder's rows padded to a multiple of N (1: off), as "
+                      "bench.accelerator --pad_to_multiple_of")
   p.add_argument("--json", action="store_true")
   a = p.parse_args(argv)
   if a.hlo:
@@ -295,7 +299,8 @@ def main(argv=None) -> int:
     if not cuda_plugin_available():
       p.error("compiling for an H100 here needs JAX's CUDA plugin (no GPU needed): pip "
               "install jax-cuda13-plugin==<your jax version>; or pass --hlo FILE")
-    text = compile_step_text(a.length, a.batch, a.etc_kernel, a.gcn_kernel)
+    text = compile_step_text(a.length, a.batch, a.etc_kernel, a.gcn_kernel,
+                             pad_to_multiple_of=a.pad_to_multiple_of)
     if a.save:
       profile_summary.write_hlo_text(a.save, text)
   note = ("the module has while loops: their bodies are counted once" if

@@ -1,7 +1,8 @@
 """The one document encoder every paper's model is a configuration of (DESIGN §1, §3).
 
     batch ─► Embeddings ─► [GCN Super-Tokens] ─► [prepend G global tokens]
-          ─► Encoder(attention, layout terms) ─► [drop globals] ─► heads
+          ─► [pad rows] ─► Encoder(attention, layout terms) ─► [drop globals, padding]
+          ─► heads
 
 * **Embeddings** (`flaxdoc.nn.embeddings`): tokens + 1D positions (learned / sine /
   LSPE / none) + 2D layout (LayoutLM tables / LSPE / none) + pages + token types.
@@ -13,6 +14,8 @@
   ("dense", "etc", "linformer", "cosformer") and layout score terms
   (`flaxdoc.nn.layout_terms`): Rich Attention per layer; polar, Gaussian and fixed
   squircle / cross terms shared by all layers.
+* **Row padding** (`pad_to_multiple_of`, default 1 = off): masked rows round `G + L` up
+  to a multiple for the GEMMs' sake (`pad_rows`); real tokens' outputs are unchanged.
 * **Heads** (`flaxdoc.nn.heads`): tagging always; MLM (tied to the token table) and
   1-LOP when pre-training.
 
@@ -55,7 +58,8 @@ from flaxdoc.nn.linking import LinkingHead
 
 # Re-exported: the spec and its tables have always been importable from here.
 __all__ = ["ATTENTION_KINDS", "CHOICES", "DTYPES", "IS_LONG", "DocumentEncoder", "EncoderSpec",
-           "LongPairsOnly", "build_document_encoder", "mlm_positions", "spec_config"]
+           "LongPairsOnly", "build_document_encoder", "mlm_positions", "pad_rows",
+           "spec_config"]
 
 Array = jax.Array
 
@@ -310,6 +314,13 @@ class DocumentEncoder(nn.Module):
       x, enc_mask, geom = with_global_tokens(global_x, global_valid, x, mask, geom)
       # x [B, G+L, E], enc_mask [B, G+L], geometry leaves [B, G+L, ...]
 
+    rows = x.shape[1]  # G + L
+    x, enc_mask, geom = pad_rows(x, enc_mask, geom, s.pad_to_multiple_of)
+    if s.attention == "linformer" and x.shape[1] > self.max_len:
+      raise ValueError(f"config.model.pad_to_multiple_of={s.pad_to_multiple_of} pads the "
+                       f"batch's {rows} rows to {x.shape[1]}, more than the Linformer's "
+                       f"max_len={self.max_len}")
+
     layer_terms, shared_terms = self._terms()
     x = Encoder(
         num_layers=s.depth, attention=self._attention_factory(), mlp_dim=s.mlp_dim,
@@ -317,8 +328,8 @@ class DocumentEncoder(nn.Module):
         layer_terms=layer_terms, shared_terms=shared_terms, scan_layers=s.scan_layers,
         remat=s.remat, remat_policy=s.remat_policy, dtype=self.dtype,
         param_dtype=self.param_dtype, kernel_init=default_kernel_init(s.initializer_range),
-        name="encoder")(x, enc_mask, geom, deterministic=deterministic)  # [B, G+L, E]
-    x = x[:, g:]  # [B, L, E]
+        name="encoder")(x, enc_mask, geom, deterministic=deterministic)  # [B, R, E]
+    x = x[:, g:rows]  # [B, L, E]: without the globals and the rows padding added
 
     outputs = {"tag_logits": TaggingHead(
         num_tags=self.num_tags, hidden=s.tagging_hidden, dropout_rate=s.dropout_rate,
@@ -355,6 +366,25 @@ class DocumentEncoder(nn.Module):
     s = self.spec
     return (s.position_2d != "none" or s.uses_layout_terms or s.gcn_layers > 0
             or (s.attention == "cosformer" and s.cosformer_reweight in ("squircle", "cross")))
+
+
+def pad_rows(x: Array, mask: Array, geom: dict[str, Array] | None, multiple: int
+             ) -> tuple[Array, Array, dict[str, Array] | None]:
+  """`x [B, N, E]`, `mask [B, N]` and geometry leaves `[B, N, ...]` padded along the rows to
+  `R`, the next multiple of `multiple` (unchanged when `N` already is one): zero rows, mask
+  False, zero (False) geometry. Every attention kind masks those rows as keys (dense and ETC
+  by `mask`, ETC's global queries included; Linformer and cosFormer zero their keys, values
+  and factors), so real rows' outputs do not change; their own outputs are to be cropped.
+  Their geometry is what padding tokens and the global rows already carry."""
+  extra = -x.shape[1] % multiple
+  if not extra:
+    return x, mask, geom
+
+  def pad(a):
+    return jnp.pad(a, [(0, 0), (0, extra)] + [(0, 0)] * (a.ndim - 2))
+
+  geom = None if geom is None else {k: pad(jnp.asarray(v)) for k, v in geom.items()}
+  return pad(x), pad(jnp.asarray(mask, bool)), geom
 
 
 def _factory_of(template: nn.Module) -> Callable[..., nn.Module]:

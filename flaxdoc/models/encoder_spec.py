@@ -77,7 +77,20 @@ class EncoderSpec:
   in order; `()`: the defaults). Tiles are per chip: `flaxdoc.bench.etc_kernel` and
   `flaxdoc.bench.gcn_kernel --sweep` time the candidates on one layer.
   Heads: `tagging_hidden`, `local_order_head`.
-  Implementation: `scan_layers`, `remat`, `remat_policy`.
+  Implementation: `scan_layers`, `remat`, `remat_policy`, `pad_to_multiple_of`.
+
+  `pad_to_multiple_of` (1 = off): the encoder's rows (the `G` globals and the `L` tokens)
+  are padded with masked rows to a multiple of this before the encoder layers, and cropped
+  after them, so every layer's matrix products see a row count that GPU GEMM libraries
+  tile well (Hugging Face tokenizers' `pad_to_multiple_of`, one level further in). Masked
+  rows are never attended to by any attention kind, so real tokens' outputs and the
+  gradients are unchanged up to rounding (with dropout, the masks are other draws of the
+  same rate: they are hashed from a row's place in the padded array). 8 is the value to try on GPUs: in
+  FormNet-A2 pre-training (1 global + 1,024 tokens, batch 16) the attention projections'
+  weight-gradient products ran at 287 TFLOP/s alone over 16 x 1,025 rows and at 602 over
+  16 x 1,032 on an H200 (docs/accelerators.md, session 7's `flaxdoc.bench.gemm_floor`).
+  With Linformer attention `max_len` must be a multiple of it (its projections are sized
+  for `max_len` rows).
   """
   width: int = 768
   depth: int = 12
@@ -133,6 +146,7 @@ class EncoderSpec:
   scan_layers: bool = False
   remat: bool = False
   remat_policy: str = "none"
+  pad_to_multiple_of: int = 1  # encoder rows padded (masked) to a multiple; 1: off
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict | Mapping[str, Any]) -> "EncoderSpec":
@@ -183,6 +197,9 @@ class EncoderSpec:
     for field in ("width", "depth", "num_heads", "mlp_dim"):
       if int(getattr(self, field)) < 1:
         bad(field, f"must be >= 1, got {getattr(self, field)}")
+    pad = self.pad_to_multiple_of
+    if isinstance(pad, bool) or not isinstance(pad, int) or pad < 1:
+      bad("pad_to_multiple_of", f"must be an integer >= 1 (1: no padding), got {pad!r}")
     for field in ("num_globals", "gcn_layers", "type_vocab_size", "position_offset"):
       if int(getattr(self, field)) < 0:
         bad(field, f"must be >= 0, got {getattr(self, field)}")
@@ -239,6 +256,10 @@ class EncoderSpec:
         bad("max_position_embeddings", f"{self.max_position_embeddings} learned positions "
             f"cannot hold max_len={max_len} (+ position_offset {self.position_offset}); raise "
             "it or shorten config.data.max_len")
+      if self.attention == "linformer" and max_len % self.pad_to_multiple_of:
+        # Rounded up, a full-length batch would have more rows than the projections' N.
+        bad("pad_to_multiple_of", f"Linformer's projections are sized for max_len={max_len} "
+            f"rows, which is not a multiple of {self.pad_to_multiple_of}")
     return self
 
 

@@ -53,7 +53,7 @@ def test_plan_skips_steps_over_the_token_budget():
                          iters=2, ablation=["full"], prng="threefry", no_dropout=False,
                          profile=None, gcn_backward=["scatter_f32"],
                          mlm_positions=["capped"], etc_kernel=["xla"], gcn_kernel=["xla"],
-                         etc_tiles=None, gcn_tiles=None))()
+                         etc_tiles=None, gcn_tiles=None, pad_to_multiple_of=[1]))()
   specs = acc.plan(a)
   steps = [(s["length"], s["batch"]) for s in specs if s["part"] == "pretrain"]
   assert steps == [(1024, 8), (1024, 32), (4096, 8)]
@@ -75,6 +75,14 @@ def test_plan_skips_steps_over_the_token_budget():
   a.gcn_tiles = [16, 64, 64, 4]
   rows = [(s["gcn_kernel"], s["gcn_tiles"]) for s in acc.plan(a) if s["part"] == "pretrain"]
   assert rows == [("xla", None), ("xla", None), ("pallas", [16, 64, 64, 4]), ("xla", None)]
+  # Padded rows: one row per multiple, back to back, for every pre-training row.
+  a.gcn_kernel, a.pad_to_multiple_of = ["xla"], [1, 8]
+  rows = [(s["ablation"], s["gcn_backward"], s["pad_to_multiple_of"])
+          for s in acc.plan(a) if s["part"] == "pretrain"]
+  assert rows == [("full", "scatter_f32", 1), ("full", "scatter_f32", 8),
+                  ("full", "scatter", 1), ("full", "scatter", 8),
+                  ("etc", "scatter_f32", 1), ("etc", "scatter_f32", 8)]
+  assert "pad_to_multiple_of" in acc.COLUMNS_PRETRAIN
   a.parts, a.etc_kernel = ["attention"], ["xla", "pallas"]
   assert [s["impl"] for s in acc.plan(a)] == ["etc_rich", "etc_rich_pallas", "dense"]
 

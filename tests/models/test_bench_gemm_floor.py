@@ -97,6 +97,20 @@ def test_the_shrunk_steps_products_match_the_analytic_flop_count():
   assert collections.Counter(d.out_dtype for d in counts)["bfloat16"] > len(counts) // 2
 
 
+def test_padded_rows_reach_the_steps_products():
+  # 128 tokens and the global are 129 rows; padded to 8, every product over the encoder's
+  # rows runs over 136 (the ETC blocks of 17 hold 136 long rows either way).
+  def row_counts(pad):
+    step, (p, o, data), *_ = acc.pretrain_step(128, 2, "float32", "float32", acc.LOCAL, True,
+                                               pad_to_multiple_of=pad)
+    dots = gemm_floor.count_dots(_lowered(step, p, o, data, jax.random.key(0)))
+    return collections.Counter(n for d in dots for n in d.lhs + d.rhs if n in (129, 136))
+
+  unpadded, padded = row_counts(1), row_counts(8)
+  assert unpadded[129] > 0 and padded[129] == 0
+  assert padded[136] > unpadded[136]
+
+
 def test_braces_and_calls_inside_strings_are_not_structure():
   # A Pallas kernel's custom call carries its Triton module in strings, braces and all:
   # an unbalanced brace there once ended @main early, and the GPU floor counted 4 of

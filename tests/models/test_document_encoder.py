@@ -289,3 +289,125 @@ def test_featurised_windows_run_through_the_models():
     if pretraining:
       assert out["mlm_logits"].shape == (2, 48, tokenizer.vocab_size)
       assert out["lop_logits"].shape == (2, 48, 11)
+
+
+# ----------------------------------------------------------------- row padding
+PAD = 8
+# Compile options for the padding comparisons: on a 2-core CPU LLVM's optimisation is most
+# of a small model's gradient compile (11 s -> 4 s for the FormNet one); both sides of a
+# comparison compile alike, so it cannot hide a difference between them.
+QUICK_COMPILE = dict(xla_backend_optimization_level=0, xla_llvm_disable_expensive_passes=True)
+
+
+def outputs_and_gradients(model, params, batch):
+  """Tag and MLM logits, the gradient of a fixed random projection of both, and the rows the
+  encoder's layers ran over (its captured output's)."""
+  def loss(p):
+    out, state = model.apply({"params": p}, batch, capture_intermediates=True,
+                             mutable=["intermediates"])
+    total = 0.0
+    for i, key in enumerate(("tag_logits", "mlm_logits")):
+      weights = jax.random.normal(jax.random.key(i), out[key].shape)
+      total = total + (out[key] * weights).sum()
+    encoded = state["intermediates"]["encoder"]["__call__"][0]  # [B, R, E]
+    return total, ({k: out[k] for k in ("tag_logits", "mlm_logits")}, encoded)
+
+  step = jax.jit(jax.value_and_grad(loss, has_aux=True))
+  (_, (out, encoded)), grads = step.lower(params).compile(QUICK_COMPILE)(params)
+  return out, grads, encoded.shape[1]
+
+
+PADDED = [
+    ("formnet", "A1", {}),  # ETC (XLA) + Rich Attention + GCN, one global: 21 -> 24 rows
+    ("formnet", "A1", {"attention": "dense"}),  # the global in dense attention (LongPairsOnly)
+    pytest.param("formnet", "A1", {"etc_kernel": "pallas"}, marks=pytest.mark.slow),
+    pytest.param("docpolarbert", "base", {}, marks=pytest.mark.slow),  # no global: 20 -> 24
+    pytest.param("layout_linformer", "base", {}, marks=pytest.mark.slow),
+    pytest.param("layout_cosformer", "base/cross", {}, marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("name,variant,overrides", PADDED)
+def test_padded_rows_change_no_output_and_no_gradient(name, variant, overrides):
+  configs = [tiny_config(name, variant, pad_to_multiple_of=m, **overrides) for m in (1, PAD)]
+  # Linformer's projections are sized for max_len, which must then be a multiple of PAD.
+  max_len = 24 if name == "layout_linformer" else LENGTH
+  unpadded, padded = (build(c, pretraining=True, max_len=max_len) for c in configs)
+  batch = batch_for(configs[0], pretraining=True)
+  assert batch["attention_mask"].min() == 0  # the batch's own padding is there too
+  params = models.random_parameters(unpadded, batch, stddev=0.2)
+  rows = LENGTH + configs[0].num_globals
+  assert rows % PAD
+  (out, grads, encoded_rows), (out_padded, grads_padded, padded_rows) = (
+      outputs_and_gradients(m, params, batch) for m in (unpadded, padded))
+  # The padded model really ran its layers over padded rows...
+  assert (encoded_rows, padded_rows) == (rows, -(-rows // PAD) * PAD)
+  # ...and computed the same outputs and gradients.
+  for key in out:
+    assert np.isfinite(np.asarray(out_padded[key])).all()
+    np.testing.assert_allclose(out_padded[key], out[key], rtol=1e-5, atol=1e-5, err_msg=key)
+  flat = dict(jax.tree_util.tree_leaves_with_path(grads))
+  for path, g in jax.tree_util.tree_leaves_with_path(grads_padded):
+    # Dense softmaxes sum over more (masked) keys, in another order: rounding, on the
+    # scale of the leaf (gradients of up to ~5 here).
+    scale = max(1.0, float(np.abs(flat[path]).max()))
+    np.testing.assert_allclose(g, flat[path], rtol=1e-5, atol=1e-5 * scale,
+                               err_msg=jax.tree_util.keystr(path))
+
+
+def test_a_row_count_already_a_multiple_is_not_padded():
+  configs = [tiny_config("formnet", "A1", pad_to_multiple_of=m) for m in (1, PAD)]
+
+  def program(length):
+    unpadded, padded = (build(c, max_len=length) for c in configs)
+    batch = batch_for(configs[0], length=length)
+    params = models.random_parameters(unpadded, batch)
+    return [str(jax.make_jaxpr(lambda p, m=m: m.apply({"params": p}, batch))(params))
+            for m in (unpadded, padded)]
+
+  # 23 tokens and the global: 24 rows, so padding to 8 traces to the very same program...
+  unpadded, padded = program(3 * PAD - 1)
+  assert padded == unpadded
+  # ...which it does not at 21 rows.
+  unpadded, padded = program(LENGTH)
+  assert padded != unpadded
+
+
+def test_pad_rows_pads_with_masked_zero_rows():
+  from flaxdoc.models.document_encoder import pad_rows  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(2, 5, 3)).astype(np.float32)
+  mask = np.ones((2, 5), bool)
+  geom = {"centers": rng.normal(size=(2, 5, 2)).astype(np.float32),
+          "positions": np.arange(10, dtype=np.int32).reshape(2, 5),
+          "is_long": np.ones((2, 5), bool)}
+  px, pmask, pgeom = pad_rows(x, mask, geom, 4)
+  assert px.shape == (2, 8, 3) and pmask.shape == (2, 8)
+  np.testing.assert_array_equal(px[:, :5], x)
+  assert not np.asarray(px[:, 5:]).any() and not np.asarray(pmask[:, 5:]).any()
+  assert pmask[:, :5].all()
+  for key, leaf in geom.items():
+    assert pgeom[key].shape == (2, 8) + leaf.shape[2:] and pgeom[key].dtype == leaf.dtype
+    np.testing.assert_array_equal(pgeom[key][:, :5], leaf)
+    assert not np.asarray(pgeom[key][:, 5:]).any()
+  assert pad_rows(x, mask, None, 4)[2] is None
+  # A multiple already (and 1, off): the very same arrays back.
+  assert all(a is b for a, b in zip(pad_rows(x, mask, geom, 5), (x, mask, geom)))
+  assert all(a is b for a, b in zip(pad_rows(x, mask, geom, 1), (x, mask, geom)))
+
+
+def test_pad_to_multiple_of_is_checked():
+  from flaxdoc.models.document_encoder import EncoderSpec  # pylint: disable=import-outside-toplevel
+  for bad in (0, -8, 2.5, True, "8", None):
+    with pytest.raises(ValueError, match="config.model.pad_to_multiple_of"):
+      EncoderSpec(pad_to_multiple_of=bad).validate()
+  assert EncoderSpec(pad_to_multiple_of=8).validate().pad_to_multiple_of == 8
+  # Linformer: a full-length batch, rounded up, would not fit the projections' max_len.
+  linformer = tiny_config("layout_linformer", "base", pad_to_multiple_of=PAD)
+  with pytest.raises(ValueError, match=r"pad_to_multiple_of.*max_len=20\b"):
+    build(linformer, max_len=LENGTH)
+  model = build(linformer, max_len=24)
+  batch = batch_for(linformer)
+  # Built without validation (max_len changed after it), the model says so itself.
+  with pytest.raises(ValueError, match="pad_to_multiple_of=8 pads the batch's 20 rows to 24"):
+    jax.eval_shape(model.clone(max_len=LENGTH).init, jax.random.key(0), batch)
