@@ -5,7 +5,8 @@ r"""Accelerator figures: FormNet-A2 pre-training step, ETC vs dense attention, c
         [--dtype bfloat16] [--peak_tflops 989] [--local] [--profile DIR]
         [--ablation full etc_rich etc] [--gcn_backward scatter_f32 scatter]
         [--mlm_positions capped all] [--etc_kernel xla pallas]
-        [--gcn_kernel xla pallas pallas_saved pallas_dpre] [--etc_tiles 32,64,4,32,32,4]
+        [--gcn_kernel xla pallas pallas_saved pallas_dpre pallas_fused pallas_fused_forward]
+        [--etc_tiles 32,64,4,32,32,4]
         [--gcn_tiles 16,32,32,4] [--pad_to_multiple_of 1 8]
 
 Three tables, each row in its own subprocess (so the device's `peak_bytes_in_use`
@@ -531,18 +532,20 @@ def main(argv=None) -> int:
                       "(flaxdoc.nn.etc_pallas; not with --ablation etc, whose relative ids it "
                       "lacks); one row each")
   p.add_argument("--gcn_kernel", nargs="+", default=["xla"],
-                 choices=["xla", "pallas", "pallas_saved", "pallas_dpre"],
+                 choices=common.GCN_KERNELS,
                  help="the GCN's per-edge part as XLA arrays or in the fused Pallas kernels "
                       "(flaxdoc.nn.gcn_pallas; pallas_saved keeps each edge's GELU for the "
-                      "backward, pallas_dpre passes d pre within the backward; only with "
+                      "backward, pallas_dpre passes d pre within the backward, pallas_fused "
+                      "also runs the forward and the backward's node side each as one "
+                      "kernel (pallas_fused_forward: the forward only); only with "
                       "--ablation full; --gcn_backward does not apply to them); one row each")
   p.add_argument("--etc_tiles", type=_ints, default=None, metavar="Q,K,W,BQ,BK,BW",
                  help="the fused ETC kernel's tiles in the pre-training rows "
                       "(flaxdoc.nn.etc_pallas.Tiles' fields in order; default: its defaults; "
                       "bench.etc_kernel --tiles times one layer)")
   p.add_argument("--gcn_tiles", type=_ints, default=None, metavar="NODES,HIDDEN,EDGES,WARPS",
-                 help="the fused GCN kernels' tiles (flaxdoc.nn.gcn_pallas.Tiles; default: "
-                      "their defaults)")
+                 help="the fused GCN kernels' tiles (flaxdoc.nn.gcn_pallas.Tiles, four or "
+                      "six values; default: their defaults)")
   p.add_argument("--pad_to_multiple_of", type=int, nargs="+", default=[1], metavar="N",
                  help="pad the encoder's rows (1 global + the tokens) with masked rows to a "
                       "multiple of N in the pre-training rows (EncoderSpec.pad_to_multiple_of; "

@@ -115,6 +115,12 @@ def emit(rows: Sequence[dict], *, as_json: bool, columns: Sequence[str] | None =
 # PyTorch on all three shapes (1,034 vs 1,028 GFLOP/s overall). jaxlib 0.10 warns that
 # the flag is no longer supported, so benchmarks take it only when asked
 # (`bench.serve --xla_no_thunks`) until a repeated measurement confirms it.
+# `GCNLayer(kernel=...)`'s names (`flaxdoc.nn.gcn.KERNELS`, a test keeps them equal), for
+# the benchmarks' flags: spelled out so a `--help` or an environment set before JAX's
+# import (`hlo_traffic`) does not wait on importing JAX.
+GCN_KERNELS = ("xla", "pallas", "pallas_saved", "pallas_dpre", "pallas_fused",
+               "pallas_fused_forward")
+
 XLA_CPU_DEFAULT_FLAGS = ("--xla_cpu_use_thunk_runtime=false",)
 
 

@@ -1,7 +1,8 @@
 r"""One FormNet GCN layer: the XLA path against the fused kernels' tiles.
 
     python -m flaxdoc.bench.gcn_kernel [--json] [--batch 16] [--length 1024] [--dtype bfloat16]
-        [--graph local|random] [--kernels pallas pallas_saved pallas_dpre] [--tiles 16,32,32,4 ...]
+        [--graph local|random] [--kernels pallas pallas_dpre pallas_fused ...]
+        [--tiles 16,32,32,4[,2,8] ...]
         [--sweep] [--iters 20] [--local]
 
 `flaxdoc.nn.gcn.GCNLayer` at FormNet-A2's sizes by default (768 wide, the message MLP's
@@ -9,9 +10,11 @@ hidden layer `2E + F` wide, 8 neighbour slots, 70% of them real edges), `jax.jit
 forward and of the gradients of the node states and every parameter. One row for
 `kernel="xla"` and one per fused kernel (`--kernels`: "pallas" recomputes each edge's GELU
 in the backward, "pallas_saved" keeps it from the forward, "pallas_dpre" recomputes it but
-writes `d pre` for the target side) and `--tiles`
-(`block_nodes,block_hidden,block_edges,warps`, `flaxdoc.nn.gcn_pallas.Tiles`); `--sweep`
-adds a set of tilings. `fwd_ms` is the forward as inference runs it (for every fused form
+writes `d pre` for the target side, "pallas_fused" and "pallas_fused_forward" are that
+with the forward, and the backward's node side, in one kernel that evaluates each edge
+element once) and `--tiles` (`block_nodes,block_hidden,block_edges,warps`, optionally
+`,fused_nodes,fused_warps`: `flaxdoc.nn.gcn_pallas.Tiles`); `--sweep` adds a set of
+tilings. `fwd_ms` is the forward as inference runs it (for every form but the fused ones
 the recomputing one); `fwd_bwd_ms` the forward and backward of training.
 Errors are against the XLA layer in float32 (`flaxdoc.bench.kernel_rows`). The graph's
 neighbours are within 32 tokens of the node (`local`: a page's spatial neighbours are
@@ -51,9 +54,10 @@ LOCAL = Problem(batch=2, length=40, width=16, slots=4)
 def parse_tiles(text: str):
   from flaxdoc.nn import gcn_pallas  # pylint: disable=import-outside-toplevel
   values = [int(v) for v in text.split(",")]
-  if len(values) != 4:
+  if len(values) not in (4, 6):
     raise ValueError(f"--tiles {text!r}: need four integers "
-                     "block_nodes,block_hidden,block_edges,warps")
+                     "block_nodes,block_hidden,block_edges,warps, or six with the fused "
+                     "forms' fused_nodes,fused_warps")
   return gcn_pallas.Tiles(*values)
 
 

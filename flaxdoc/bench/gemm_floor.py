@@ -299,7 +299,7 @@ def main(argv=None) -> int:
   # Pallas' CPU interpreter turns a kernel into loops whose products cannot be counted.
   ap.add_argument("--etc_kernel", default=None, choices=["xla", "pallas"])
   ap.add_argument("--gcn_kernel", default=None,
-                  choices=["xla", "pallas", "pallas_saved", "pallas_dpre"])
+                  choices=common.GCN_KERNELS)
   ap.add_argument("--iters", type=int, default=20)
   ap.add_argument("--top", type=int, default=20, help="products listed (the summary has all)")
   ap.add_argument("--peak_tflops", type=float, default=H100_BF16_TFLOPS)

@@ -283,7 +283,7 @@ def main(argv=None) -> int:
   p.add_argument("--batch", type=int, default=16)
   p.add_argument("--etc_kernel", default="pallas", choices=("xla", "pallas"))
   p.add_argument("--gcn_kernel", default="pallas_dpre",
-                 choices=("xla", "pallas", "pallas_saved", "pallas_dpre"))
+                 choices=common.GCN_KERNELS)
   p.add_argument("--save", default=None,
                  help="write the compiled module's text here (.gz: gzipped)")
   p.add_argument("--bandwidth", type=float, default=H100_BANDWIDTH, help="bytes/s")

@@ -3,7 +3,7 @@ spills and instructions per pair (ETC + Rich Attention) or per edge element (the
 
     python -m flaxdoc.bench.kernel_sass [--json] [--arch 90]
         [--kernels etc gcn gcn_saved gcn_dpre gcn_fused]
-        [--etc_tiles 32,64,4,32,32,4] [--gcn_tiles 16,32,32,4]
+        [--etc_tiles 32,64,4,32,32,4] [--gcn_tiles 16,32,32,4[,2,8]]
 
 Needs the `triton` package (`pip install triton`; no GPU, no CUDA install: its wheel
 carries `ptxas` and `nvdisasm`). Each kernel is lowered by JAX for CUDA at FormNet-A2's
@@ -300,7 +300,8 @@ def etc_passes(tiles, length: int = 1024, heads: int = 12, radius: int = 84,
 
 
 def gcn_problem(tiles, save: bool, nodes: int = 1024, hidden: int = 1548,
-                write_d_pre: bool = False, fused_forward: bool = False):
+                write_d_pre: bool = False, fused_forward: bool = False,
+                fused_backward: bool = False):
   """As `etc_problem`, "edge element": one GCN layer's kernels at FormNet-A2's sizes (768
   wide, hidden 2E + F = 1,548, 8 slots, 12 edge features, bfloat16), and the edge
   elements (edge x hidden unit) a thread handles per program, or per pass of the target
@@ -316,7 +317,8 @@ def gcn_problem(tiles, save: bool, nodes: int = 1024, hidden: int = 1548,
   def loss(s, n, we, b1, v):
     pooled, weights = gp.attention_pool(s, n, e, ids, mask, we, b1, v, interpret=False,
                                         save_activations=save, write_d_pre=write_d_pre,
-                                        fused_forward=fused_forward, tiles=tiles)
+                                        fused_forward=fused_forward,
+                                        fused_backward=fused_backward, tiles=tiles)
     return pooled.astype(jnp.float32).sum() + weights.sum()
 
   from flaxdoc.nn import gcn_pallas_kernels as gk  # pylint: disable=import-outside-toplevel
@@ -326,19 +328,22 @@ def gcn_problem(tiles, save: bool, nodes: int = 1024, hidden: int = 1548,
                   interpret=False, bf16=True, save_activations=save)
   threads = 32 * t.warps
   per_thread = collections.defaultdict(lambda: cfg.block_rows * t.block_hidden // threads)
-  for name in ("gcn_backward_target", "gcn_saved_backward_target"):
+  targets = ("gcn_backward_target", "gcn_saved_backward_target", "gcn_fused_backward_target")
+  for name in targets:
     per_thread[name] = t.block_edges * t.block_hidden // threads
-  # The fused forward: BLf nodes' edge rows x all of Hp a program, on its own warps.
-  per_thread["gcn_fused_forward"] = (t.fused_nodes * cfg.padded_slots * cfg.padded_hidden
-                                     // (32 * t.fused_warps))
+  # The fused kernels: BLf nodes' edge rows x all of Hp a program, on their own warps.
+  for name in ("gcn_fused_forward", "gcn_fused_backward"):
+    per_thread[name] = t.fused_nodes * cfg.padded_slots * cfg.padded_hidden // (
+        32 * t.fused_warps)
   args = (s, s, jnp.zeros((f, hidden)), jnp.zeros(hidden), jnp.zeros(hidden))
   # Programs of one layer of LAYER_BATCH rows; the target side's loop runs about K * BL / BE
   # passes a program (each node with K in-edges, as in a local graph).
   programs = LAYER_BATCH * cfg.node_tiles * cfg.hidden_chunks
   passes = collections.defaultdict(lambda: programs)
-  for name in ("gcn_backward_target", "gcn_saved_backward_target"):
+  for name in targets:
     passes[name] = programs * (-(-k * t.block_nodes // t.block_edges))
-  passes["gcn_fused_forward"] = LAYER_BATCH * (cfg.padded_nodes // t.fused_nodes)
+  for name in ("gcn_fused_forward", "gcn_fused_backward"):
+    passes[name] = LAYER_BATCH * (cfg.padded_nodes // t.fused_nodes)
   return jax.grad(loss, argnums=(0, 1, 2, 3, 4)), args, per_thread, "edge element", passes
 
 
@@ -351,7 +356,7 @@ def run(kernels=("etc", "gcn_saved"), etc_tiles=None, gcn_tiles=None, arch: int 
     elif which in ("gcn", "gcn_saved", "gcn_dpre", "gcn_fused"):
       fn, args, per_thread, unit, passes = gcn_problem(
           gcn_tiles, save=which == "gcn_saved", write_d_pre=which in ("gcn_dpre", "gcn_fused"),
-          fused_forward=which == "gcn_fused")
+          fused_forward=which == "gcn_fused", fused_backward=which == "gcn_fused")
     else:
       raise ValueError(f"kernel_sass: unknown kernels {which!r}: etc, gcn, gcn_saved, "
                        "gcn_dpre or gcn_fused")
@@ -382,7 +387,7 @@ def main(argv=None) -> int:
   ap.add_argument("--kernels", nargs="+", default=["etc", "gcn_saved"],
                   choices=["etc", "gcn", "gcn_saved", "gcn_dpre", "gcn_fused"])
   ap.add_argument("--etc_tiles", default=None, help="six ints, as bench.etc_kernel --tiles")
-  ap.add_argument("--gcn_tiles", default=None, help="four ints, as bench.gcn_kernel --tiles")
+  ap.add_argument("--gcn_tiles", default=None, help="four or six ints, as bench.gcn_kernel --tiles")
   a = ap.parse_args(argv)
   from flaxdoc.bench import etc_kernel, gcn_kernel  # pylint: disable=import-outside-toplevel
   etc_tiles = etc_kernel.parse_tiles(a.etc_tiles) if a.etc_tiles else None

@@ -70,12 +70,15 @@ class EncoderSpec:
   `fixed_bias` ("none" | "squircle" | "cross").
 
   Super-Tokens: `gcn_layers` (0 = off), `gcn_message_hidden` ("width" | "input"),
-  `gcn_kernel` ("xla" | "pallas" | "pallas_saved" | "pallas_dpre": each layer's per-edge
-  part in fused kernels, `flaxdoc.nn.gcn_pallas`, recomputing or saving each edge's GELU
-  for the backward, or recomputing it but passing `d pre` within the backward; no effect
-  without GCN layers), `gcn_tiles` (`gcn_pallas.Tiles`' four fields
-  in order; `()`: the defaults). Tiles are per chip: `flaxdoc.bench.etc_kernel` and
-  `flaxdoc.bench.gcn_kernel --sweep` time the candidates on one layer.
+  `gcn_kernel` ("xla" | "pallas" | "pallas_saved" | "pallas_dpre" | "pallas_fused" |
+  "pallas_fused_forward": each layer's per-edge part in fused kernels,
+  `flaxdoc.nn.gcn_pallas`, recomputing or saving each edge's GELU for the backward,
+  recomputing it but passing `d pre` within the backward, or that with the forward (and
+  the backward's node side) in one kernel that evaluates each edge element once; no
+  effect without GCN layers), `gcn_tiles` (`gcn_pallas.Tiles`' first four fields in order,
+  or all six with the fused kernels' `fused_nodes`, `fused_warps`; `()`: the defaults).
+  Tiles are per chip: `flaxdoc.bench.etc_kernel` and `flaxdoc.bench.gcn_kernel --sweep`
+  time the candidates on one layer.
   Heads: `tagging_hidden`, `local_order_head`.
   Implementation: `scan_layers`, `remat`, `remat_policy`, `pad_to_multiple_of`.
 
@@ -85,12 +88,12 @@ class EncoderSpec:
   tile well (Hugging Face tokenizers' `pad_to_multiple_of`, one level further in). Masked
   rows are never attended to by any attention kind, so real tokens' outputs and the
   gradients are unchanged up to rounding (with dropout, the masks are other draws of the
-  same rate: they are hashed from a row's place in the padded array). 8 is the value to try on GPUs: in
-  FormNet-A2 pre-training (1 global + 1,024 tokens, batch 16) the attention projections'
-  weight-gradient products ran at 287 TFLOP/s alone over 16 x 1,025 rows and at 602 over
-  16 x 1,032 on an H200 (docs/accelerators.md, session 7's `flaxdoc.bench.gemm_floor`).
-  With Linformer attention `max_len` must be a multiple of it (its projections are sized
-  for `max_len` rows).
+  same rate: they are hashed from a row's place in the padded array). 8 is the value to
+  try on GPUs: in FormNet-A2 pre-training (1 global + 1,024 tokens, batch 16) the
+  attention projections' weight-gradient products ran at 287 TFLOP/s alone over 16 x
+  1,025 rows and at 602 over 16 x 1,032 on an H200 (docs/accelerators.md, session 7's
+  `flaxdoc.bench.gemm_floor`). With Linformer attention `max_len` must be a multiple of
+  it (its projections are sized for `max_len` rows).
   """
   width: int = 768
   depth: int = 12
@@ -138,8 +141,8 @@ class EncoderSpec:
   # super-tokens and heads
   gcn_layers: int = 0
   gcn_message_hidden: str = "width"
-  gcn_kernel: str = "xla"  # "pallas"/"pallas_saved"/"pallas_dpre": fused (nn.gcn_pallas)
-  gcn_tiles: tuple[int, ...] = ()  # gcn_pallas.Tiles fields in order; (): the defaults
+  gcn_kernel: str = "xla"  # "pallas", "pallas_dpre", ...: fused (nn.gcn_pallas.FORMS)
+  gcn_tiles: tuple[int, ...] = ()  # gcn_pallas.Tiles fields in order (4 or 6); (): defaults
   tagging_hidden: bool = False
   local_order_head: bool = False
   # implementation
@@ -175,11 +178,15 @@ class EncoderSpec:
       return None
     cls = etc_pallas.Tiles if field == "etc_tiles" else gcn_pallas.Tiles
     names = [f.name for f in dataclasses.fields(cls)]
-    if (len(values) != len(names) or any(isinstance(v, bool) or not isinstance(v, int)
+    # The GCN's last two fields size the fused forms' kernels (`fused_nodes`,
+    # `fused_warps`): four values keep their defaults, as configs written before them do.
+    counts = (4, len(names)) if field == "gcn_tiles" else (len(names),)
+    if (len(values) not in counts or any(isinstance(v, bool) or not isinstance(v, int)
                                          for v in values)
         or any(v < 1 or v & (v - 1) for v in values)):
-      raise ValueError(f"config.model.{field} ({name}): {values} must be {len(names)} powers "
-                       f"of two ({', '.join(names)}), or () for the kernel's defaults")
+      raise ValueError(f"config.model.{field} ({name}): {values} must be "
+                       f"{' or '.join(map(str, counts))} powers of two ({', '.join(names)}), "
+                       "or () for the kernel's defaults")
     return cls(*values)
 
   @property

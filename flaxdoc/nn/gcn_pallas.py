@@ -35,14 +35,17 @@ from the forward, but within the backward the source-tile kernel writes `d pre` 
 `[B, Lp * Kp, Hp]` array, freed with the layer's backward) and the target side sums it:
 four GELU evaluations an element instead of five.
 
-`fused_forward=True` with `write_d_pre` (`GCNLayer(kernel="pallas_fused")`) runs the
-forward as one kernel on a grid of (batch row, node tile): a program takes a few nodes'
-edge rows across all of `H`, evaluates each element once, keeps `x` in registers while the
-scores complete, takes the softmax over the slots and pools from what it kept
-(`gcn_pallas_kernels.fused_forward_kernel`). Three evaluations an element a step, one
-launch and one XLA softmax fewer; the backward is `write_d_pre`'s. Its tiles are
-`Tiles.fused_nodes` / `fused_warps`; its instructions counted (`bench.kernel_sass`), not
-yet timed.
+`fused_forward=True` with `write_d_pre` (`GCNLayer(kernel="pallas_fused_forward")`) runs
+the forward as one kernel on a grid of (batch row, node tile): a program takes a few
+nodes' edge rows across all of `H`, evaluates each element once, keeps `x` in registers
+while the scores complete, takes the softmax over the slots and pools from what it kept
+(`gcn_pallas_fused.fused_forward_kernel`): one launch and one XLA softmax fewer.
+`fused_backward=True` does the same for the backward's node side (`d a`, the softmax's
+backward, `d pre`, `d S`, `d v`), keeping `x` and the GELU slope in the inputs' dtype
+while `d a` completes, and the target side sums `d [We; b1]` with `d N`
+(`GCNLayer(kernel="pallas_fused")`: both). Two evaluations an element a step, against
+four for `write_d_pre`. Their tiles are `Tiles.fused_nodes` / `fused_warps`; counted
+(`bench.kernel_sass`), not yet timed.
 
 The kernels work on node arrays padded to whole tiles (`[B, Lp, Hp]`), `S` and `N` as the
 two halves of one `[B, Lp, 2 Hp]` array `[S | N]`, whose gradient they write as one array
@@ -117,10 +120,10 @@ DPRE_TILES = Tiles(block_hidden=64, block_edges=64)
 
 
 def default_tiles(save_activations: bool = False, write_d_pre: bool = False,
-                  fused_forward: bool = False) -> Tiles:
-  """The tiles a form runs with when none are given (`fused_forward` runs the backward of
-  `write_d_pre`, with its tiles)."""
-  del fused_forward  # its own kernel's sizes are fields of every Tiles
+                  fused_forward: bool = False, fused_backward: bool = False) -> Tiles:
+  """The tiles a form runs with when none are given (the fused forms run with
+  `write_d_pre`'s, whose fields `fused_nodes` / `fused_warps` size their fused kernels)."""
+  del fused_forward, fused_backward
   return DPRE_TILES if write_d_pre and not save_activations else DEFAULT_TILES
 
 
@@ -128,17 +131,21 @@ def default_tiles(save_activations: bool = False, write_d_pre: bool = False,
 # edge's GELU in the backward, save it from the forward, or recompute it once in the
 # backward and pass `d pre` from the source side to the target side; and that backward
 # after a forward in one kernel that evaluates each edge's GELU once (session 16, untimed).
+_NONE = dict(save_activations=False, write_d_pre=False, fused_forward=False,
+             fused_backward=False)
 FORMS = {
-    "pallas": dict(save_activations=False, write_d_pre=False, fused_forward=False),
-    "pallas_saved": dict(save_activations=True, write_d_pre=False, fused_forward=False),
-    "pallas_dpre": dict(save_activations=False, write_d_pre=True, fused_forward=False),
-    "pallas_fused": dict(save_activations=False, write_d_pre=True, fused_forward=True),
+    "pallas": _NONE,
+    "pallas_saved": dict(_NONE, save_activations=True),
+    "pallas_dpre": dict(_NONE, write_d_pre=True),
+    "pallas_fused": dict(_NONE, write_d_pre=True, fused_forward=True, fused_backward=True),
+    # the fused forward before `pallas_dpre`'s backward: to time the two halves apart
+    "pallas_fused_forward": dict(_NONE, write_d_pre=True, fused_forward=True),
 }
 
 
 def form_options(form: str) -> dict:
-  """`message_attention`'s `save_activations` / `write_d_pre` / `fused_forward` for a form's
-  name."""
+  """`message_attention`'s `save_activations` / `write_d_pre` / `fused_forward` /
+  `fused_backward` for a form's name."""
   if form not in FORMS:
     raise ValueError(f"unknown fused GCN form {form!r}; expected one of {tuple(FORMS)}")
   return dict(FORMS[form])
@@ -157,7 +164,7 @@ def _attention_pool(cfg, sn, edges, ids, mask, we, b1, v):
 def _recomputing_forward(cfg, x, out_dtype):
   """`((pooled [B, Lp, Hp], weights [B, L, K]), a)`: the scores kernel, the softmax, the
   pooling kernel; or the one fused kernel (`cfg.fused_nodes`)."""
-  if cfg.fused_nodes:
+  if cfg.fused_forward:
     pooled, a = calls.fused_forward(cfg, x, out_dtype)
     return (pooled, _weights(cfg, a)), a
   a = calls.softmax(cfg, calls.edge_dot(cfg, x, x["v"], per_node_u=False), x["mask"])
@@ -201,10 +208,15 @@ def _attention_pool_bwd(cfg, res, grads):
     sn, edges, ids, mask, we, b1, v, a = res
     x = calls.prepare(cfg, sn, edges, ids, mask, we, b1, v)
   batch, lp, kp = a.shape[0], cfg.padded_nodes, cfg.padded_slots
+  d_weights = jnp.pad(d_weights.astype(F32), [(0, 0), (0, lp - cfg.nodes),
+                                              (0, kp - cfg.slots)]).reshape(batch, cfg.rows)
+  if cfg.fused_backward:
+    d_sn, d_v, d_pre = calls.fused_backward(cfg, x, a, d_weights, dp)
+    d_sn, d_we = calls.fused_target_grads(cfg, x, d_pre, d_sn)
+    return _grads(cfg, d_sn, d_v, d_we, we, b1, v)
   d_a = calls.saved_edge_dot(cfg, hidden, dp) if cfg.save_activations else calls.edge_dot(
       cfg, x, dp, per_node_u=True)
-  d_a += jnp.pad(d_weights.astype(F32), [(0, 0), (0, lp - cfg.nodes),
-                                          (0, kp - cfg.slots)]).reshape(batch, cfg.rows)
+  d_a += d_weights
   # Softmax backward per node: ds = a (da - sum_k a da); zero where a is (masked slots).
   a3, d_a3 = a.reshape(batch, lp, kp), d_a.reshape(batch, lp, kp)
   ds = (a3 * (d_a3 - jnp.sum(a3 * d_a3, axis=-1, keepdims=True))).reshape(batch, cfg.rows)
@@ -218,6 +230,11 @@ def _attention_pool_bwd(cfg, res, grads):
   else:
     d_sn, d_v, d_we = calls.source_grads(cfg, x, a, ds, dp)
     d_sn = calls.target_grads(cfg, x, a, ds, dp, d_sn)
+  return _grads(cfg, d_sn, d_v, d_we, we, b1, v)
+
+
+def _grads(cfg, d_sn, d_v, d_we, we, b1, v):
+  """The custom VJP's cotangents from the kernels' `d [S | N]` and partial sums."""
   feats, hidden_width = cfg.features, cfg.hidden
   d_we = d_we.sum(axis=(0, 1))  # [Fp, Hp]: d We, then d b1 in row F (the ones' column)
   return (d_sn, None, None, None, d_we[:feats, :hidden_width].astype(we.dtype),
@@ -232,7 +249,7 @@ def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
                    neighbor_ids: Array, neighbor_mask: Array, edge_kernel: Array,
                    bias: Array, score_vector: Array, *, tiles: Tiles | None = None,
                    save_activations: bool = False, write_d_pre: bool = False,
-                   fused_forward: bool = False,
+                   fused_forward: bool = False, fused_backward: bool = False,
                    interpret: bool | None = None) -> tuple[Array, Array]:
   """FormNet's GCN message attention, fused: `(pooled [B, L, H], weights [B, L, K])`.
 
@@ -272,9 +289,14 @@ def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
     fused_forward: with `write_d_pre` and not `save_activations` (`GCNLayer(kernel=
       "pallas_fused")`): the forward is one kernel that evaluates each edge element once,
       keeping a program's `x` (`tiles.fused_nodes` nodes x all of `H`) while its scores
-      complete, with the softmax over slots inside (`gcn_pallas_kernels.
+      complete, with the softmax over slots inside (`gcn_pallas_fused.
       fused_forward_kernel`): three evaluations an element a step instead of four, and no
       XLA softmax between forward kernels. The same values up to the order of additions.
+    fused_backward: with `write_d_pre` and not `save_activations`: the backward's node side
+      in one kernel (`gcn_pallas_fused.fused_backward_kernel`), evaluating each edge
+      element once and keeping `x` and the slope (rounded to the inputs' dtype, as
+      `save_activations` keeps them) while `d a` completes; the target side also sums
+      `d [We; b1]`. One evaluation an element in the backward instead of two.
     interpret: run the Pallas interpreter (default: when the backend is not a GPU).
 
   Returns:
@@ -285,7 +307,7 @@ def attention_pool(from_self: Array, from_neighbor: Array, edge_features: Array,
                      f"expected {tuple(from_self.shape)}")
   cfg = _config("attention_pool", from_self, edge_features, neighbor_ids, neighbor_mask,
                 edge_kernel, bias, score_vector, tiles, save_activations, write_d_pre,
-                fused_forward, interpret)
+                fused_forward, fused_backward, interpret)
   sn = jnp.concatenate([calls.pad_nodes(cfg, from_self),
                         calls.pad_nodes(cfg, from_neighbor.astype(from_self.dtype))], axis=-1)
   return _run(cfg, sn, edge_features, neighbor_ids, neighbor_mask, edge_kernel, bias,
@@ -297,6 +319,7 @@ def message_attention(h: Array, self_kernel: Array, neighbor_kernel: Array,
                       edge_kernel: Array, bias: Array, score_vector: Array, *,
                       tiles: Tiles | None = None, save_activations: bool = False,
                       write_d_pre: bool = False, fused_forward: bool = False,
+                      fused_backward: bool = False,
                       interpret: bool | None = None) -> tuple[Array, Array]:
   """`attention_pool(h @ self_kernel, h @ neighbor_kernel, ...)`, as `GCNLayer` runs it.
 
@@ -315,7 +338,8 @@ def message_attention(h: Array, self_kernel: Array, neighbor_kernel: Array,
     self_kernel, neighbor_kernel: `[E, H]`, the first message layer's rows for the node
       and for its neighbour.
     edge_features, neighbor_ids, neighbor_mask, edge_kernel, bias, score_vector, tiles,
-    save_activations, write_d_pre, fused_forward, interpret: as `attention_pool`'s.
+    save_activations, write_d_pre, fused_forward, fused_backward, interpret: as
+      `attention_pool`'s.
 
   Returns:
     `(pooled [B, L, H] in h's dtype, weights [B, L, K] float32)`.
@@ -330,7 +354,7 @@ def message_attention(h: Array, self_kernel: Array, neighbor_kernel: Array,
   node_parts = jax.ShapeDtypeStruct((batch, nodes, self_kernel.shape[1]), h.dtype)
   cfg = _config("message_attention", node_parts, edge_features, neighbor_ids, neighbor_mask,
                 edge_kernel, bias, score_vector, tiles, save_activations, write_d_pre,
-                fused_forward, interpret)
+                fused_forward, fused_backward, interpret)
   h = jnp.pad(h, [(0, 0), (0, cfg.padded_nodes - nodes), (0, 0)])
   columns = [(0, 0), (0, cfg.padded_hidden - cfg.hidden)]
   # One product for both parts: the kernels read `S` and `N` as the two halves of its
@@ -358,7 +382,7 @@ def _run(cfg, sn, edge_features, neighbor_ids, neighbor_mask, edge_kernel, bias,
 
 def _config(owner, from_self, edge_features, neighbor_ids, neighbor_mask, edge_kernel, bias,
             score_vector, tiles, save_activations, write_d_pre, fused_forward,
-            interpret) -> Config:
+            fused_backward, interpret) -> Config:
   """Checks the shapes and tiles; the call's `Config`. `from_self` may be abstract."""
   batch, nodes, hidden = from_self.shape
   if neighbor_ids.ndim != 3 or tuple(neighbor_ids.shape[:2]) != (batch, nodes):
@@ -380,10 +404,12 @@ def _config(owner, from_self, edge_features, neighbor_ids, neighbor_mask, edge_k
       raise ValueError(f"{owner}: {name} has shape {tuple(vec.shape)}, "
                        f"expected {(hidden,)}")
   t = tiles or default_tiles(save_activations, write_d_pre)
-  if fused_forward and (save_activations or not write_d_pre):
-    raise ValueError(f"{owner}: fused_forward runs with write_d_pre=True and "
-                     "save_activations=False (the form 'pallas_fused')")
-  if fused_forward and t.block_nodes % t.fused_nodes:
+  fused = fused_forward or fused_backward
+  if fused and (save_activations or not write_d_pre):
+    raise ValueError(f"{owner}: fused_forward / fused_backward run with write_d_pre=True and "
+                     "save_activations=False (the forms 'pallas_fused', "
+                     "'pallas_fused_forward')")
+  if fused and t.block_nodes % t.fused_nodes:
     raise ValueError(f"{owner}: tiles.fused_nodes={t.fused_nodes} must divide "
                      f"tiles.block_nodes={t.block_nodes} (the backward's node tiles set the "
                      "padded length)")
@@ -403,7 +429,7 @@ def _config(owner, from_self, edge_features, neighbor_ids, neighbor_mask, edge_k
         raise ValueError(f"{owner}: tiles.{name} must be a power of two, "
                          f"got {getattr(t, name)}")
     kp = int(pl.next_power_of_2(max(neighbor_ids.shape[2], 1)))
-    if fused_forward and t.fused_nodes * kp < 16:  # the fused kernel's edge product's rows
+    if fused and t.fused_nodes * kp < 16:  # the fused kernel's edge product's rows
       raise ValueError(f"{owner}: on a GPU tiles.fused_nodes x the padded slots ({kp}) must "
                        f"be >= 16, got fused_nodes={t.fused_nodes}")
   return Config(nodes=nodes, slots=slots, features=features, hidden=hidden,
@@ -411,4 +437,5 @@ def _config(owner, from_self, edge_features, neighbor_ids, neighbor_mask, edge_k
                 block_edges=t.block_edges, warps=t.warps, interpret=bool(interpret),
                 bf16=from_self.dtype == jnp.bfloat16, save_activations=bool(save_activations),
                 write_d_pre=bool(write_d_pre) and not save_activations,
-                fused_nodes=t.fused_nodes if fused_forward else 0, fused_warps=t.fused_warps)
+                fused_forward=bool(fused_forward), fused_backward=bool(fused_backward),
+                fused_nodes=t.fused_nodes, fused_warps=t.fused_warps)

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from flaxdoc.nn import gcn_pallas_fused as fused_kernels
 from flaxdoc.nn import gcn_pallas_kernels as kernels
 
 F32 = jnp.float32
@@ -122,34 +123,70 @@ def pool(cfg, x, a, out_dtype):
                "gcn_pool")(x["sn"], x["sn"], x["tgt"], x["e"], x["we"], a)
 
 
-def fused_forward(cfg, x, out_dtype):
-  """`(pooled [B, Lp, Hp], weights [B, rows])` in one kernel (`cfg.fused_nodes` nodes x all
-  of `Hp` a program; `kernels.fused_forward_kernel`), on a grid of (batch row, node tile)."""
-  batch = x["sn"].shape[0]
+def _fused_specs(cfg):
+  """BlockSpecs of the fused kernels' grid (batch row, tile of `cfg.fused_nodes` nodes),
+  each program over all of `Hp`."""
   bl, lp, hp, fp = cfg.fused_nodes, cfg.padded_nodes, cfg.padded_hidden, cfg.padded_features
   br = bl * cfg.padded_slots
-  node_tile = pl.BlockSpec((None, bl, hp), lambda b, i: (b, i, 0))
-  edge_tile = pl.BlockSpec((None, br), lambda b, i: (b, i))
-  in_specs = [node_tile,
-              pl.BlockSpec((None, lp, hp), lambda b, i: (b, 0, 1)),  # N, `[S | N]`'s 2nd half
-              edge_tile, pl.BlockSpec((None, br, fp), lambda b, i: (b, i, 0)),
-              pl.BlockSpec((fp, hp), lambda b, i: (0, 0)), pl.BlockSpec((hp,), lambda b, i: (0,)),
-              edge_tile]
+  return dict(
+      node_tile=pl.BlockSpec((None, bl, hp), lambda b, i: (b, i, 0)),  # S, the pooled grad
+      all_nodes=pl.BlockSpec((None, lp, hp), lambda b, i: (b, 0, 0)),  # written 16 rows a time
+      all_neighbours=pl.BlockSpec((None, lp, hp), lambda b, i: (b, 0, 1)),  # `[S | N]`'s N
+      edge_tile=pl.BlockSpec((None, br), lambda b, i: (b, i)),
+      edge_feature_tile=pl.BlockSpec((None, br, fp), lambda b, i: (b, i, 0)),
+      edge_rows=pl.BlockSpec((None, br, hp), lambda b, i: (b, i, 0)),
+      we=pl.BlockSpec((fp, hp), lambda b, i: (0, 0)),
+      vector=pl.BlockSpec((hp,), lambda b, i: (0,)),
+      tile_vector=pl.BlockSpec((None, None, hp), lambda b, i: (b, i, 0)))
+
+
+def _fused_call(cfg, batch, kernel, in_specs, out_specs, out_shape, name):
   kwargs = {}
   if not cfg.interpret:
     from jax.experimental.pallas import triton as plgpu  # pylint: disable=import-outside-toplevel
     kwargs["compiler_params"] = plgpu.CompilerParams(num_warps=cfg.fused_warps, num_stages=1)
-  # Every program reads all of `[We; b1]`: in bfloat16 where the edge product takes it so
-  # anyway (`kernels._dot`), half the bytes.
-  we = x["we"].astype(jnp.bfloat16) if cfg.bf16 else x["we"]
-  return pl.pallas_call(
-      functools.partial(kernels.fused_forward_kernel, cfg), grid=(batch, cfg.fused_tiles),
-      in_specs=in_specs,
-      out_specs=[pl.BlockSpec((None, lp, hp), lambda b, i: (b, 0, 0)), edge_tile],
-      out_shape=[jax.ShapeDtypeStruct((batch, lp, hp), out_dtype),
-                 jax.ShapeDtypeStruct((batch, cfg.rows), F32)],
-      interpret=cfg.interpret, name="gcn_fused_forward", **kwargs)(
-          x["sn"], x["sn"], x["tgt"], x["e"], we, x["v"], x["mask"].astype(jnp.int32))
+  return pl.pallas_call(functools.partial(kernel, cfg), grid=(batch, cfg.fused_tiles),
+                        in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
+                        interpret=cfg.interpret, name=name, **kwargs)
+
+
+def _fused_we(cfg, x):
+  """Every fused program reads all of `[We; b1]`: in bfloat16 where the edge product takes
+  it so anyway (`kernels.dot`), half the bytes."""
+  return x["we"].astype(jnp.bfloat16) if cfg.bf16 else x["we"]
+
+
+def fused_forward(cfg, x, out_dtype):
+  """`(pooled [B, Lp, Hp], weights [B, rows])` in one kernel (`cfg.fused_nodes` nodes x all
+  of `Hp` a program; `gcn_pallas_fused.fused_forward_kernel`), on a grid of (batch row,
+  node tile)."""
+  batch, sp = x["sn"].shape[0], _fused_specs(cfg)
+  return _fused_call(
+      cfg, batch, fused_kernels.fused_forward_kernel,
+      [sp["node_tile"], sp["all_neighbours"], sp["edge_tile"], sp["edge_feature_tile"],
+       sp["we"], sp["vector"], sp["edge_tile"]],
+      [sp["all_nodes"], sp["edge_tile"]],
+      [jax.ShapeDtypeStruct((batch, cfg.padded_nodes, cfg.padded_hidden), out_dtype),
+       jax.ShapeDtypeStruct((batch, cfg.rows), F32)], "gcn_fused_forward")(
+           x["sn"], x["sn"], x["tgt"], x["e"], _fused_we(cfg, x), x["v"],
+           x["mask"].astype(jnp.int32))
+
+
+def fused_backward(cfg, x, a, d_weights, dp):
+  """The backward's node side in one kernel (`gcn_pallas_fused.fused_backward_kernel`):
+  `(d [S | N] with only d S written, d v partials [B, tiles, Hp], d pre [B, rows, Hp])`.
+  `d_weights`: the weights' cotangent as rows `[B, rows]` (float32)."""
+  batch, sp, dtype = x["sn"].shape[0], _fused_specs(cfg), x["sn"].dtype
+  lp, hp = cfg.padded_nodes, cfg.padded_hidden
+  return _fused_call(
+      cfg, batch, fused_kernels.fused_backward_kernel,
+      [sp["node_tile"], sp["all_neighbours"], sp["edge_tile"], sp["edge_feature_tile"],
+       sp["we"], sp["vector"], sp["edge_tile"], sp["edge_tile"], sp["node_tile"]],
+      [sp["all_nodes"], sp["tile_vector"], sp["edge_rows"]],
+      [jax.ShapeDtypeStruct((batch, lp, 2 * hp), dtype),
+       jax.ShapeDtypeStruct((batch, cfg.fused_tiles, hp), F32),
+       jax.ShapeDtypeStruct((batch, cfg.rows, hp), dtype)], "gcn_fused_backward")(
+           x["sn"], x["sn"], x["tgt"], x["e"], _fused_we(cfg, x), x["v"], a, d_weights, dp)
 
 
 def _source_out_specs(cfg):
@@ -186,7 +223,7 @@ def source_grads(cfg, x, a, ds, dp):
 
 def _by_target(cfg, x):
   """`(bounds [B, tiles + 1], order [B, rows + BE])`: each row's edges sorted by target,
-  and where each target tile's in-edges start (`kernels._sum_by_target`)."""
+  and where each target tile's in-edges start (`kernels.sum_by_target`)."""
   lp, bl, be = cfg.padded_nodes, cfg.block_nodes, cfg.block_edges
   key = jnp.where(x["mask"], x["tgt"], lp)  # masked edges sort last, into no tile
   order = jnp.argsort(key, axis=-1, stable=True).astype(jnp.int32)  # [B, rows]
@@ -270,6 +307,25 @@ def saved_source_grads(cfg, x, hidden, slope, a, ds, dp):
                _source_out_shapes(cfg, batch, hidden.dtype) + [
                    jax.ShapeDtypeStruct((batch, cfg.rows, cfg.padded_hidden), hidden.dtype)],
                "gcn_saved_backward_source")(hidden, slope, x["e"], x["v"], a, ds, dp)
+
+
+def fused_target_grads(cfg, x, d_pre, d_sn):
+  """`(d [S | N] with d N written, d [We; b1] partials [B, tiles, Fp, Hp])`: the written
+  `d pre` rows summed by target, and `e^T d pre` over each target tile's in-edges."""
+  batch, sp = d_pre.shape[0], _specs(cfg)
+  bounds, order = _by_target(cfg, x)
+  inputs = (bounds, order, x["tgt"], x["e"], d_pre, d_sn)
+  d_we_spec = pl.BlockSpec((None, None, cfg.padded_features, cfg.block_hidden),
+                           lambda b, i, c: (b, i, 0, c))
+  return _call(cfg, batch,
+               lambda *refs: fused_kernels.fused_target_grad_kernel(cfg, *refs[:5], *refs[6:]),
+               _by_target_specs(cfg) + [sp["all_edges"], sp["all_edge_features"],
+                                        sp["all_edge_rows"], sp["neighbour_tile"]],
+               [sp["neighbour_tile"], d_we_spec],
+               [jax.ShapeDtypeStruct(d_sn.shape, d_sn.dtype),
+                jax.ShapeDtypeStruct((batch, cfg.node_tiles, cfg.padded_features,
+                                      cfg.padded_hidden), F32)],
+               "gcn_fused_backward_target", {len(inputs) - 1: 0})(*inputs)
 
 
 def saved_target_grads(cfg, x, d_pre, d_sn):

@@ -35,7 +35,6 @@ import math
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as plgpu
 
 from flaxdoc.nn import pallas_math as pm
 
@@ -59,8 +58,10 @@ class Config:
   bf16: bool  # the inputs are bfloat16: dots take bfloat16 operands (float32 accumulation)
   save_activations: bool = False  # the forward keeps x and gelu'(pre) for the backward
   write_d_pre: bool = False  # recomputing: the source side writes d pre for the target side
-  fused_nodes: int = 0  # BLf > 0: the forward in one kernel, BLf nodes x all of H a program
-  fused_warps: int = 4  # that kernel's Triton warps
+  fused_forward: bool = False  # the forward in one kernel, BLf nodes x all of H a program
+  fused_backward: bool = False  # the backward's node side so (`d a` to `d pre`), too
+  fused_nodes: int = 2  # BLf: the fused kernels' nodes a program (divides block_nodes)
+  fused_warps: int = 8  # their Triton warps
 
   @property
   def padded_slots(self) -> int:  # Kp: whole edge rows per node, a power of two
@@ -161,7 +162,7 @@ def gelu_and_grad(x, interpret: bool):
   return _gelu_from_tail(x, h), _cdf_from_tail(x, h) + x * g * _PHI_PER_G
 
 
-def _dot(cfg, a, b, trans_a=False):
+def dot(cfg, a, b, trans_a=False):
   """`a @ b` (or `a.T @ b`) with float32 accumulation: bfloat16 operands for bfloat16
   inputs (as the XLA path), else exact float32 (Triton's default would be TF32)."""
   if trans_a:
@@ -186,7 +187,7 @@ def _per_node(cfg, edge_rows, weights=None):
   As a matrix product with the `[BL, BR]` matrix that holds each row's weight (or 1) in its
   node's row: the rows of one node lie across threads, so a sum over them would be
   shuffles and adds for every element; on the tensor cores it is one small product. With
-  bfloat16 inputs its operands are bfloat16 (`_dot`), as the XLA path's bfloat16 sums: the
+  bfloat16 inputs its operands are bfloat16 (`dot`), as the XLA path's bfloat16 sums: the
   pooled sum's `x` and weights, and `d S`'s `d pre`, are rounded before they are added.
   """
   br = edge_rows.shape[0]
@@ -197,14 +198,14 @@ def _per_node(cfg, edge_rows, weights=None):
     picks = mine.astype(F32)
   else:
     picks = jnp.where(mine, weights[None, :].astype(F32), 0.0)
-  return _dot(cfg, picks, edge_rows)
+  return dot(cfg, picks, edge_rows)
 
 
 def _pre(cfg, s_rows, n_ref, tgt, e_rows, we_ref):
   """The pre-activation `[rows, BH]` of edge rows with targets `tgt` and features `e_rows`
   (the bias included: `e_rows` end in a column of ones, `we` in `b1`)."""
   nb = n_ref[tgt, :].astype(F32)  # gathered rows [rows, BH]
-  return s_rows + nb + _dot(cfg, e_rows, we_ref[...])
+  return s_rows + nb + dot(cfg, e_rows, we_ref[...])
 
 
 # --------------------------------------------------------------------------- node-tile kernels
@@ -244,15 +245,15 @@ def _store_source_grads(cfg, x, ds, d_pre, e_rows, d_self_ref, d_v_ref, d_we_ref
   tile's float32 partial sums of `d [We; b1]` (`e_rows`' column of ones makes the bias'
   row the sum of `d pre` over the tile's edges) and `d v`.
 
-  Each a small product (bfloat16 operands for bfloat16 inputs, `_dot`): `d v = ds . x`
+  Each a small product (bfloat16 operands for bfloat16 inputs, `dot`): `d v = ds . x`
   as the first row of a 16-row product (Triton's minimum), not a sum over the rows, which
   lie across threads. In this order (`bench.kernel_sass`, sm_90) the recomputing kernel
   keeps 167 registers (12 warps an SM; other orders took 174-255, 8 warps) and the saving
   one loses 2.7 instructions an edge element.
   """
-  d_we_ref[...] = _dot(cfg, e_rows, d_pre, trans_a=True)
+  d_we_ref[...] = dot(cfg, e_rows, d_pre, trans_a=True)
   first = lax.broadcasted_iota(jnp.int32, (16, ds.shape[0]), 0) == 0
-  d_v_ref[...] = jnp.sum(_dot(cfg, jnp.where(first, ds[None, :], 0.0), x), axis=0)
+  d_v_ref[...] = jnp.sum(dot(cfg, jnp.where(first, ds[None, :], 0.0), x), axis=0)
   d_self_ref[...] = _per_node(cfg, d_pre).astype(d_self_ref.dtype)
 
 
@@ -272,7 +273,8 @@ def source_grad_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, v_ref, a_ref, 
 
 
 # --------------------------------------------------------------------------- target-side backward
-def _sum_by_target(cfg, bounds_ref, order_ref, tgt_ref, d_pre_of, out_ref):
+def sum_by_target(cfg, bounds_ref, order_ref, tgt_ref, d_pre_of, out_ref, e_ref=None,
+                   d_we_ref=None):
   """`out[j] = sum over edges e with tgt(e) = j of d pre[e]` for this target tile's nodes
   (summed in float32, rounded once to `out`'s dtype).
 
@@ -280,7 +282,15 @@ def _sum_by_target(cfg, bounds_ref, order_ref, tgt_ref, d_pre_of, out_ref):
   `bounds[i]:bounds[i + 1]` are the positions of the edges into tile `i`. They are taken
   `BE` at a time, `d_pre_of(edge, tgt)` gives their `[BE, BH]` rows, summed into the
   tile's rows with a one-hot matrix product: a scatter-add without atomics.
+
+  With `d_we_ref`, also this tile's float32 partial sum of `d [We; b1] = e^T d pre` over
+  its in-edges (`e_ref`'s rows gathered; each valid edge is in exactly one target tile),
+  for the fused backward, whose node-side programs are too small to keep one.
   """
+  if d_we_ref is not None:
+    _sum_by_target_and_d_we(cfg, bounds_ref, order_ref, tgt_ref, d_pre_of, out_ref, e_ref,
+                            d_we_ref)
+    return
   i = pl.program_id(1)
   bl, be = cfg.block_nodes, cfg.block_edges
   start, end = bounds_ref[i], bounds_ref[i + 1]
@@ -292,11 +302,39 @@ def _sum_by_target(cfg, bounds_ref, order_ref, tgt_ref, d_pre_of, out_ref):
     valid = (pos + lax.iota(jnp.int32, be)) < end
     tgt = tgt_ref[edge]
     onehot = ((tgt - first_node)[None, :] == lax.iota(jnp.int32, bl)[:, None]) & valid[None, :]
-    return acc + _dot(cfg, onehot.astype(F32), d_pre_of(edge, tgt))
+    return acc + dot(cfg, onehot.astype(F32), d_pre_of(edge, tgt))
 
   steps = (end - start + be - 1) // be
   out_ref[...] = lax.fori_loop(0, steps, body, jnp.zeros((bl, out_ref.shape[-1]), F32)).astype(
       out_ref.dtype)
+
+
+def _sum_by_target_and_d_we(cfg, bounds_ref, order_ref, tgt_ref, d_pre_of, out_ref, e_ref,
+                            d_we_ref):
+  """`sum_by_target` with the `d [We; b1]` partial sum (its docstring)."""
+  i = pl.program_id(1)
+  bl, be = cfg.block_nodes, cfg.block_edges
+  start, end = bounds_ref[i], bounds_ref[i + 1]
+  first_node = i * bl
+
+  def body(step, carry):
+    acc, acc_we = carry
+    pos = start + step * be
+    edge = order_ref[pl.ds(pos, be)]  # [BE] edge ids (order is padded by BE)
+    valid = (pos + lax.iota(jnp.int32, be)) < end
+    tgt = tgt_ref[edge]
+    onehot = ((tgt - first_node)[None, :] == lax.iota(jnp.int32, bl)[:, None]) & valid[None, :]
+    d_pre = d_pre_of(edge, tgt)
+    e_rows = jnp.where(valid[:, None], e_ref[edge, :].astype(F32), 0.0)  # [BE, Fp]
+    return (acc + dot(cfg, onehot.astype(F32), d_pre),
+            acc_we + dot(cfg, e_rows, d_pre, trans_a=True))
+
+  steps = (end - start + be - 1) // be
+  bh = out_ref.shape[-1]
+  acc, acc_we = lax.fori_loop(0, steps, body, (jnp.zeros((bl, bh), F32),
+                                               jnp.zeros((cfg.padded_features, bh), F32)))
+  out_ref[...] = acc.astype(out_ref.dtype)
+  d_we_ref[...] = acc_we
 
 
 def target_grad_kernel(cfg, bounds_ref, order_ref, s_ref, n_ref, tgt_ref, e_ref, we_ref,
@@ -310,73 +348,7 @@ def target_grad_kernel(cfg, bounds_ref, order_ref, s_ref, n_ref, tgt_ref, e_ref,
     pre = _pre(cfg, s_ref[src, :].astype(F32), n_ref, tgt, e_ref[edge, :], we_ref)
     return _pre_grad(cfg, pre, a_ref[edge], ds_ref[edge], dp_ref[src, :].astype(F32), v_ref)[1]
 
-  _sum_by_target(cfg, bounds_ref, order_ref, tgt_ref, d_pre_of, d_nb_ref)
-
-
-# --------------------------------------------------------------------------- fused forward
-def _slot_softmax(scores, mask):
-  """Softmax over each node's valid slots (`[BLf, Kp]`, float32); all zero for a node
-  with none, as `gcn_pallas_calls.softmax`."""
-  scores = jnp.where(mask, scores, jnp.finfo(F32).min)
-  e = jnp.where(mask, jnp.exp(scores - jnp.max(scores, axis=1, keepdims=True)), 0.0)
-  total = jnp.sum(e, axis=1, keepdims=True)
-  return e / jnp.where(total > 0, total, 1.0)
-
-
-def fused_forward_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, v_ref, mask_ref, out_ref,
-                         a_ref):
-  """The whole forward of `BLf = cfg.fused_nodes` nodes in one program: each edge row's
-  `x` is evaluated once, over all of `H`, kept (in the inputs' dtype: the pooled sum takes
-  it so either way) while the scores complete, the softmax over the node's slots taken
-  here, and the pooled vectors summed from the kept `x`. The recomputing forward
-  evaluates `x` twice (scores, then pooling: the pooling weights need every hidden
-  unit's share of the score) with an XLA softmax between the two kernels.
-
-  The program walks `H` in static chunks of `BH`; `x` of all chunks stays live (`BLf * Kp`
-  rows x `Hp`, in registers), so `BLf` is small: 2 by default, 16 rows, the least Triton's
-  edge product takes (`bench.kernel_sass`, sm_90, FormNet-A2's sizes, 8 warps: 104
-  registers, no spill, 31.6 instructions an edge element where the scores and pooling
-  kernels take 23.5 + 24.6; 4 warps spill). Scores sum `x . v` in float32 as
-  `edge_dot_kernel` does; the pooled sum is `pool_kernel`'s product, `x` and the weights
-  as operands in the inputs' dtype. Writes the pooled `[BLf, Hp]` and the weights
-  `[BLf * Kp]` (the backward's residual).
-  """
-  bl, kp, bh = cfg.fused_nodes, cfg.padded_slots, cfg.block_hidden
-  keep = jnp.bfloat16 if cfg.bf16 else F32
-  tgt, e_rows = tgt_ref[...], e_ref[...]
-  kept, partial = [], jnp.zeros((bl * kp, bh), F32)
-  for c in range(cfg.hidden_chunks):
-    cols = pl.ds(c * bh, bh)
-    s_rows = jnp.broadcast_to(s_ref[:, cols].astype(F32)[:, None, :], (bl, kp, bh))
-    pre = s_rows.reshape(bl * kp, bh) + n_ref[tgt, cols].astype(F32) + _dot(
-        cfg, e_rows, we_ref[:, cols])
-    x = gelu(pre, cfg.interpret)
-    # The score's sum over H: one multiply-add an element here, one sum across the row's
-    # threads at the end (not one per chunk).
-    partial = partial + x * v_ref[cols].astype(F32)[None, :]
-    kept.append(x.astype(keep))
-  score = jnp.sum(partial, axis=1)  # [BLf * Kp]
-  a = _slot_softmax(score.reshape(bl, kp), mask_ref[...].reshape(bl, kp) != 0)  # [BLf, Kp]
-  a = a.reshape(bl * kp)
-  a_ref[...] = a
-  # The pooled sum as one small product (tensor cores, as `_per_node`) of 16 rows, the least
-  # Triton's dots take (so a program's BLf nodes are not enough): `out_ref` is the row's
-  # whole `[Lp, Hp]`, the product's rows are nodes `start ...` of it, of which only this
-  # tile's are stored (weights `picks`, store mask `mine`). `start` keeps the 16 rows
-  # inside `Lp` at the row's end, so no store is out of range, even masked (the
-  # interpreter clamps a window that would be).
-  rows = min(16, cfg.padded_nodes)
-  first = pl.program_id(1) * bl
-  start = jnp.minimum(first, cfg.padded_nodes - rows)
-  node = lax.broadcasted_iota(jnp.int32, (rows, bl * kp), 0) + (start - first)  # tile's 0..BLf
-  picks = jnp.where(lax.broadcasted_iota(jnp.int32, (rows, bl * kp), 1) // kp == node,
-                    a[None, :], 0.0)
-  row_node = lax.broadcasted_iota(jnp.int32, (rows, bh), 0) + (start - first)
-  mine = (row_node >= 0) & (row_node < bl)
-  for c, x in enumerate(kept):
-    pooled = _dot(cfg, picks, x)  # [rows, BH]
-    plgpu.store(out_ref.at[pl.ds(start, rows), pl.ds(c * bh, bh)],
-                pooled.astype(out_ref.dtype), mask=mine)
+  sum_by_target(cfg, bounds_ref, order_ref, tgt_ref, d_pre_of, d_nb_ref)
 
 
 # --------------------------------------------------------------------------- saved activations
@@ -414,5 +386,5 @@ def saved_source_grad_kernel(cfg, x_ref, slope_ref, e_ref, v_ref, a_ref, ds_ref,
 
 def saved_target_grad_kernel(cfg, bounds_ref, order_ref, tgt_ref, d_pre_ref, d_nb_ref):
   """`d N` per target tile (as `target_grad_kernel`), summing the written `d pre` rows."""
-  _sum_by_target(cfg, bounds_ref, order_ref, tgt_ref, lambda edge, tgt: d_pre_ref[edge, :],
+  sum_by_target(cfg, bounds_ref, order_ref, tgt_ref, lambda edge, tgt: d_pre_ref[edge, :],
                  d_nb_ref)

@@ -17,7 +17,9 @@ FUSED = dict(attention="etc", num_globals=1, rich_attention=True, etc_kernel="pa
 @pytest.mark.parametrize("fields, message", [
     (dict(FUSED, etc_kernel="xla", etc_tiles=(32, 64, 4, 32, 32, 4)), "etc_tiles.*etc_kernel='xla'"),
     (dict(FUSED, gcn_kernel="xla", gcn_tiles=(16, 32, 32, 4)), "gcn_tiles.*gcn_kernel='xla'"),
-    (dict(FUSED, gcn_tiles=(16, 32, 32)), "gcn_tiles.*4 powers of two"),
+    (dict(FUSED, gcn_tiles=(16, 32, 32)), "gcn_tiles.*4 or 6 powers of two"),
+    (dict(FUSED, gcn_tiles=(16, 32, 32, 4, 2)), "gcn_tiles.*4 or 6 powers of two"),
+    (dict(FUSED, gcn_tiles=(16, 32, 32, 4, 2, 6)), "gcn_tiles.*fused_nodes, fused_warps"),
     (dict(FUSED, gcn_tiles=(16, 24, 32, 4)), "gcn_tiles.*block_nodes, block_hidden"),
     (dict(FUSED, etc_tiles=(32, 64, 4, 32, 32, 0)), "etc_tiles.*6 powers of two"),
     (dict(FUSED, etc_tiles=(32, 64, True, 32, 32, 4)), "etc_tiles"),
@@ -34,6 +36,11 @@ def test_tiles_from_a_config_or_an_export():
   assert spec.etc_tiles == (16, 16, 4, 16, 16, 4)
   assert spec.tiles("etc_tiles") == etc_pallas.Tiles(16, 16, 4, 16, 16, 4)
   assert spec.tiles("gcn_tiles") == gcn_pallas.Tiles(8, 16, 16, 4)
+  # the fused forms' two fields after the four
+  fused = EncoderSpec.from_config(dict(FUSED, gcn_kernel="pallas_fused",
+                                       gcn_tiles=[16, 64, 64, 4, 4, 8])).validate()
+  assert fused.tiles("gcn_tiles") == gcn_pallas.Tiles(16, 64, 64, 4, fused_nodes=4,
+                                                      fused_warps=8)
   default = EncoderSpec(**FUSED).validate()
   assert default.tiles("etc_tiles") is None and default.tiles("gcn_tiles") is None
 

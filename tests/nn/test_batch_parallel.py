@@ -30,10 +30,11 @@ SCRIPT = textwrap.dedent("""
     etc = dict(q=normal(B, N, NH, D), k=normal(B, N, NH, D), v=normal(B, N, NH, D),
                kg=normal(B, 1, NH, D), vg=normal(B, 1, NH, D))
 
-    def gcn_loss(s, n, we, b1, v, e, ids, mask, write_d_pre=False):
+    def gcn_loss(s, n, we, b1, v, e, ids, mask, write_d_pre=False, fused=False):
       p, w = gcn_pallas.attention_pool(s, n, e, ids, mask, we, b1, v,
                                        tiles=gcn_pallas.Tiles(4, 8, 8), interpret=True,
-                                       write_d_pre=write_d_pre)
+                                       write_d_pre=write_d_pre or fused, fused_forward=fused,
+                                       fused_backward=fused)
       return (p ** 2).sum() + (w * jnp.arange(K)).sum()
 
     def etc_out(q, k, v, kg, vg):
@@ -49,15 +50,19 @@ SCRIPT = textwrap.dedent("""
     # The recommended GCN form ("pallas_dpre"): its backward writes `d pre` between kernels.
     dpre_step = jax.jit(jax.value_and_grad(lambda *a: gcn_loss(*a, write_d_pre=True),
                                            argnums=(0, 1, 2, 3, 4)))
+    # "pallas_fused": its kernels write whole rows of node arrays, 16 rows at a time.
+    fused_step = jax.jit(jax.value_and_grad(lambda *a: gcn_loss(*a, fused=True),
+                                            argnums=(0, 1, 2, 3, 4)))
     etc_step = jax.jit(jax.value_and_grad(etc_loss, argnums=(0, 1, 2, 3, 4)))
     gcn_args = (gcn["s"], gcn["n"]) + gcn_w + (gcn["e"], gcn["ids"], gcn["mask"])
     etc_args = tuple(etc.values())
-    want = [gcn_step(*gcn_args), dpre_step(*gcn_args), etc_step(*etc_args),
-            jax.jit(etc_out)(*etc_args)]
+    want = [gcn_step(*gcn_args), dpre_step(*gcn_args), fused_step(*gcn_args),
+            etc_step(*etc_args), jax.jit(etc_out)(*etc_args)]
     # dpre_step runs the writing source kernel and the target side that sums what it wrote.
     dpre_jaxpr = str(jax.make_jaxpr(dpre_step)(*gcn_args))
     assert "gcn_backward_source_writing" in dpre_jaxpr, "write_d_pre was not passed on"
     assert "gcn_saved_backward_target" in dpre_jaxpr
+    assert "gcn_fused_backward" in str(jax.make_jaxpr(fused_step)(*gcn_args))
 
     mesh = sharding.make_mesh({"data": 2, "fsdp": 2})
     rows = NamedSharding(mesh, P(("data", "fsdp")))
@@ -66,10 +71,10 @@ SCRIPT = textwrap.dedent("""
     etc_sharded = put(etc_args, (1,) * 5)
     with jax.set_mesh(mesh):
       assert batch_parallel.batch_shards() == (("data", "fsdp"), 4)
-      got = [gcn_step(*gcn_sharded), dpre_step(*gcn_sharded), etc_step(*etc_sharded),
-             jax.jit(etc_out)(*etc_sharded)]
+      got = [gcn_step(*gcn_sharded), dpre_step(*gcn_sharded), fused_step(*gcn_sharded),
+             etc_step(*etc_sharded), jax.jit(etc_out)(*etc_sharded)]
       for step, args in ((gcn_step, gcn_sharded), (dpre_step, gcn_sharded),
-                         (etc_step, etc_sharded)):
+                         (fused_step, gcn_sharded), (etc_step, etc_sharded)):
         hlo = step.lower(*args).compile().as_text()
         assert "all-gather" not in hlo, "the batch was gathered"
     assert batch_parallel.batch_shards() == ((), 1)

@@ -20,6 +20,7 @@ import pytest
 from flax import linen as nn
 from scipy.special import erf
 
+from flaxdoc.bench import common as bench_common
 from flaxdoc.models.document_encoder import EncoderSpec
 from flaxdoc.nn import gcn
 from flaxdoc.nn import gcn_pallas as gp
@@ -55,15 +56,18 @@ def problem(seed=0, b=2, nodes=37, k=5, f=11, h=70):
               b1=normal(h), v=normal(h))
 
 
-def fused(tiles=SMALL, save=False, write_d_pre=False, fused_forward=False):
+def fused(tiles=SMALL, save=False, write_d_pre=False, fused_forward=False,
+          fused_backward=False):
   def run(s, n, e, ids, mask, we, b1, v):
     return gp.attention_pool(s, n, e, ids, mask, we, b1, v, tiles=tiles, interpret=True,
                              save_activations=save, write_d_pre=write_d_pre,
-                             fused_forward=fused_forward)
+                             fused_forward=fused_forward, fused_backward=fused_backward)
   return run
 
 
-# The form `pallas_fused`: the forward in one kernel (`save` below is a form's options).
+# The forms `pallas_fused` (forward and the backward's node side each in one kernel) and
+# `pallas_fused_forward` (the forward only), as `fused`'s options: a test's `save`.
+FUSED_BOTH = dict(write_d_pre=True, fused_forward=True, fused_backward=True)
 FUSED_FORWARD = dict(write_d_pre=True, fused_forward=True)
 
 
@@ -179,14 +183,15 @@ def check_against_reference(p, tiles=SMALL, seed=5, zero=(), save=False):
 
 @pytest.mark.parametrize("tiles, save", [
     (SMALL, False), (SMALL, True),  # recomputing every edge's GELU, or saving it
-    # the forward in one kernel, 2 nodes a program (so 16 pooled rows span the tile's
-    # neighbours and, at the row's end, the last 16 nodes: 37 nodes padded to 40)
-    (SMALL, FUSED_FORWARD),
+    # the forward and the backward's node side in one kernel each, 2 nodes a program (so 16
+    # pooled rows span the tile's neighbours and, at the row's end, the last 16 nodes: 37
+    # nodes padded to 40); the fused forward before `write_d_pre`'s backward
+    (SMALL, FUSED_BOTH), (SMALL, FUSED_FORWARD),
     pytest.param(gp.Tiles(block_nodes=8, block_hidden=16, block_edges=32), False,
                  marks=pytest.mark.slow),
     # 8 nodes a fused program, the whole node tile
     pytest.param(gp.Tiles(block_nodes=8, block_hidden=16, block_edges=32, fused_nodes=8),
-                 FUSED_FORWARD, marks=pytest.mark.slow)])
+                 FUSED_BOTH, marks=pytest.mark.slow)])
 def test_values_and_gradients_match_the_reference(tiles, save):
   p = problem()
   check_against_reference(p, tiles, save=save)
@@ -292,7 +297,7 @@ def test_no_gradient_reaches_the_edge_features():
     # default run checks below; in the slow set for the 15-minute budget.
     pytest.param(False, marks=pytest.mark.slow),
     True,  # saved: x, its slope and d pre in bfloat16
-    FUSED_FORWARD])  # x kept in bfloat16 within the forward's program
+    FUSED_BOTH])  # x (and, backward, its slope) kept in bfloat16 within a program
 def test_bfloat16_inputs_stay_close_to_float32(save):
   p = problem(seed=1)
   low = dict(p, s=p["s"].astype(jnp.bfloat16), n=p["n"].astype(jnp.bfloat16))
@@ -384,26 +389,28 @@ SAVING = ["gcn_saved_backward_source", "gcn_saved_backward_target", "gcn_saved_e
           "gcn_saved_pool", "gcn_saving_scores"]
 WRITING = ["gcn_backward_source_writing", "gcn_edge_dot", "gcn_pool",
            "gcn_saved_backward_target"]
-FUSED = ["gcn_backward_source_writing", "gcn_edge_dot", "gcn_fused_forward",
-         "gcn_saved_backward_target"]
+FUSED = ["gcn_fused_backward", "gcn_fused_backward_target", "gcn_fused_forward"]
+FUSED_FWD = ["gcn_backward_source_writing", "gcn_edge_dot", "gcn_fused_forward",
+             "gcn_saved_backward_target"]
 
 
-@pytest.mark.parametrize("save", [False, True, FUSED_FORWARD])
+@pytest.mark.parametrize("save", [False, True, FUSED_BOTH, FUSED_FORWARD])
 @pytest.mark.parametrize("nodes, k, f, h, dtype", [
     (64, 8, 12, 1548, jnp.bfloat16),  # FormNet-A2's hidden width: not a multiple of the chunk
     (37, 5, 11, 70, jnp.float32),  # nothing a power of two or a multiple of a tile
 ])
 def test_lowers_to_triton_for_a_gpu(nodes, k, f, h, dtype, save):
   """Forward and backward lowered for CUDA on this CPU: five Triton kernels (the scores'
-  kernel twice when recomputing), four with the fused forward (the scores' kernel once, for
-  `d a`); the forward alone saves nothing either way."""
+  kernel twice when recomputing), three with both fused kernels, four with the fused
+  forward only (the scores' kernel once, for `d a`); the forward alone saves nothing either
+  way."""
   b = 2
   s = jnp.zeros((b, nodes, h), dtype)
   ids, mask = jnp.zeros((b, nodes, k), jnp.int32), jnp.ones((b, nodes, k), bool)
   e = jnp.zeros((b, nodes, k, f))
 
   def step(s, n, we, b1, v):
-    options = dict(FUSED_FORWARD) if isinstance(save, dict) else dict(save_activations=save)
+    options = dict(save) if isinstance(save, dict) else dict(save_activations=save)
     pooled, weights = gp.attention_pool(s, n, e, ids, mask, we, b1, v, interpret=False,
                                         **options)
     return pooled.astype(jnp.float32).sum() + weights.sum()
@@ -416,7 +423,8 @@ def test_lowers_to_triton_for_a_gpu(nodes, k, f, h, dtype, save):
     return sorted(set(names)), len(names)
 
   if isinstance(save, dict):
-    assert kernels(jax.grad(step, argnums=(0, 1, 2, 3, 4))) == (FUSED, 4)
+    want = (FUSED, 3) if save.get("fused_backward") else (FUSED_FWD, 4)
+    assert kernels(jax.grad(step, argnums=(0, 1, 2, 3, 4))) == want
     assert kernels(step) == (["gcn_fused_forward"], 1)
     return
   want = (SAVING, 5) if save else (RECOMPUTING, 5)
@@ -424,7 +432,8 @@ def test_lowers_to_triton_for_a_gpu(nodes, k, f, h, dtype, save):
   assert kernels(step) == (["gcn_edge_dot", "gcn_pool"], 2)
 
 
-@pytest.mark.parametrize("kernel", ["pallas", "pallas_saved", "pallas_dpre", "pallas_fused"])
+@pytest.mark.parametrize("kernel", ["pallas", "pallas_saved", "pallas_dpre", "pallas_fused",
+                                    "pallas_fused_forward"])
 def test_no_node_array_is_padded_cropped_or_converted_around_the_kernels(kernel):
   """The layer's forward and backward lowered for CUDA (bfloat16, 64 nodes, H = 43 in
   chunks of 32): the only operations on a `[B, L, H]` node array outside the kernels are
@@ -462,7 +471,7 @@ def test_no_node_array_is_padded_cropped_or_converted_around_the_kernels(kernel)
   assert sorted(passes) == want, passes
   names = sorted(set(re.findall(r'name = "(gcn_[a-z_]+)"', text)))
   assert names == {"pallas": RECOMPUTING, "pallas_saved": SAVING, "pallas_dpre": WRITING,
-                   "pallas_fused": FUSED}[kernel]
+                   "pallas_fused": FUSED, "pallas_fused_forward": FUSED_FWD}[kernel]
 
 
 def test_off_a_gpu_the_interpreter_runs_with_a_warning():
@@ -481,9 +490,9 @@ def test_off_a_gpu_the_interpreter_runs_with_a_warning():
     (dict(interpret=False, tiles=gp.Tiles(warps=3)), "warps must be a power of two"),
     (dict(interpret=False, tiles=gp.Tiles(fused_warps=6), fused_forward=True,
           write_d_pre=True), "fused_warps must be a power of two"),
-    (dict(fused_forward=True), "fused_forward runs with write_d_pre=True"),
-    (dict(fused_forward=True, write_d_pre=True, save_activations=True),
-     "fused_forward runs with write_d_pre=True and save_activations=False"),
+    (dict(fused_forward=True), "fused_forward / fused_backward run with write_d_pre=True"),
+    (dict(fused_backward=True, write_d_pre=True, save_activations=True),
+     "run with write_d_pre=True and save_activations=False"),
     (dict(tiles=gp.Tiles(block_nodes=4, block_hidden=32, block_edges=8, fused_nodes=8),
           fused_forward=True, write_d_pre=True), "fused_nodes=8 must divide"),
     (dict(interpret=False, tiles=gp.Tiles(fused_nodes=4), fused_forward=True,
@@ -493,8 +502,8 @@ def test_clear_errors(change, message):
   p = problem(b=1, nodes=4, k=2, f=3, h=8)
   p = dict(p, **change)
   tiles, interpret = p.pop("tiles", SMALL), p.pop("interpret", True)
-  options = {k: p.pop(k) for k in ("fused_forward", "write_d_pre", "save_activations")
-             if k in p}
+  options = {k: p.pop(k) for k in ("fused_forward", "fused_backward", "write_d_pre",
+                                    "save_activations") if k in p}
   with pytest.raises(ValueError, match=message):
     gp.attention_pool(p["s"], p["n"], p["e"], p["ids"], p["mask"], p["we"], p["b1"], p["v"],
                       tiles=tiles, interpret=interpret, **options)
@@ -510,21 +519,26 @@ def test_layer_and_spec_name_a_bad_kernel():
   EncoderSpec(gcn_layers=1, gcn_kernel="pallas_saved").validate()
   EncoderSpec(gcn_layers=1, gcn_kernel="pallas_dpre").validate()
   EncoderSpec(gcn_layers=1, gcn_kernel="pallas_fused").validate()
+  EncoderSpec(gcn_layers=1, gcn_kernel="pallas_fused_forward").validate()
 
 
 def test_form_names_map_to_the_kernels_options():
   """The names `GCNLayer(kernel=...)` takes, and their `message_attention` options."""
-  none = dict(save_activations=False, write_d_pre=False, fused_forward=False)
+  none = dict(save_activations=False, write_d_pre=False, fused_forward=False,
+              fused_backward=False)
   assert gp.form_options("pallas") == none
   assert gp.form_options("pallas_saved") == dict(none, save_activations=True)
   assert gp.form_options("pallas_dpre") == dict(none, write_d_pre=True)
-  assert gp.form_options("pallas_fused") == dict(none, write_d_pre=True, fused_forward=True)
-  assert gcn.FUSED_KERNELS == ("pallas", "pallas_saved", "pallas_dpre", "pallas_fused")
+  assert gp.form_options("pallas_fused") == dict(none, **FUSED_BOTH)
+  assert gp.form_options("pallas_fused_forward") == dict(none, **FUSED_FORWARD)
+  assert gcn.FUSED_KERNELS == ("pallas", "pallas_saved", "pallas_dpre", "pallas_fused",
+                               "pallas_fused_forward")
+  assert bench_common.GCN_KERNELS == gcn.KERNELS  # the benchmarks' --gcn_kernel choices
   with pytest.raises(ValueError, match="unknown fused GCN form 'xla'"):
     gp.form_options("xla")
 
 
-@pytest.mark.parametrize("form", ["pallas", "pallas_saved", "pallas_dpre", "pallas_fused"])
+@pytest.mark.parametrize("form", list(gp.FORMS))
 def test_gcn_layer_passes_its_forms_options(form, monkeypatch):
   """`GCNLayer(kernel=form)` reaches `message_attention` with that form's options."""
   seen = {}
@@ -542,8 +556,7 @@ def test_gcn_layer_passes_its_forms_options(form, monkeypatch):
   with pytest.raises(Reached):
     GCNLayer(hidden_features=6, kernel=form).init(
         jax.random.key(0), h, p["ids"], p["e"], p["mask"])
-  options = ("save_activations", "write_d_pre", "fused_forward")
-  assert {k: seen[k] for k in options} == gp.form_options(form)
+  assert {k: seen[k] for k in gp.form_options(form)} == gp.form_options(form)
 
 
 @pytest.mark.parametrize("save, write_d_pre, tiles", [
