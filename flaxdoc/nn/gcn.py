@@ -42,9 +42,10 @@ array (`flaxdoc.nn.gcn_pallas`; GPUs, or Pallas' interpreter elsewhere);
 backward instead of recomputing them (more memory, four fewer GELU passes);
 `kernel="pallas_dpre"` recomputing, but passing each edge's `d pre` from the backward's
 source side to its target side (one GELU pass fewer, one array within the backward);
-`kernel="pallas_fused"` that backward after a forward in one kernel that evaluates each
-edge's GELU once (three passes a step; untimed on a GPU so far). Same parameters, so
-checkpoints do not depend on it.
+`kernel="pallas_fused"` that, with the forward and the backward's node side each in one
+kernel that evaluates each edge's GELU once (two passes a step; `"pallas_fused_forward"`:
+the forward only; untimed on a GPU so far). Same parameters, so checkpoints do not depend
+on it.
 
 `SuperTokenEncoder` builds the node input (token embedding concatenated with the six
 spatial features x0, y0, x1, y1, width, height in 0..1 units, projected to the
@@ -184,9 +185,9 @@ class GCNLayer(nn.Module):
     hidden_features: width of the message MLP's hidden layer (None: the node width).
     dropout_rate: dropout on the pooled hidden vector `sum_l a_kl x_kl` during training.
     layer_norm_epsilon: epsilon of the output LayerNorm.
-    kernel: "xla" (default), "pallas", "pallas_saved", "pallas_dpre" or "pallas_fused": the
-      per-edge part in the fused kernels of `flaxdoc.nn.gcn_pallas` (GPU; the Pallas
-      interpreter elsewhere, slow).
+    kernel: "xla" (default), "pallas", "pallas_saved", "pallas_dpre", "pallas_fused" or
+      "pallas_fused_forward": the per-edge part in the fused kernels of
+      `flaxdoc.nn.gcn_pallas` (GPU; the Pallas interpreter elsewhere, slow).
       The edge features get no gradient there (they are data), and the score's constant
       `b2 . w`, which a softmax does not see, is left out. "pallas" keeps nothing per
       edge for the backward and evaluates each edge's GELU five times a step;
@@ -195,9 +196,11 @@ class GCNLayer(nn.Module):
       the forward but writes each edge's `d pre` within the backward for the target side
       (one such array, only during the layer's backward): four evaluations, and on an
       H100 faster than "pallas" (docs/accelerators.md, session 12), itself faster than
-      "pallas_saved" (session 9); "pallas_fused" is "pallas_dpre" with the forward in one
-      kernel that keeps each program's `x` on chip while its scores complete: three
-      evaluations (counted with `bench.kernel_sass` in session 16, not yet timed).
+      "pallas_saved" (session 9); "pallas_fused" is "pallas_dpre" with the forward, and
+      the backward's node side, each in one kernel that keeps each program's `x` in
+      registers while its softmax (or the softmax's backward) completes: two evaluations
+      ("pallas_fused_forward", the forward only: three; counted with `bench.kernel_sass`
+      in session 16, not yet timed).
     pallas_tiles: the kernels' `gcn_pallas.Tiles` (None: their defaults).
   """
   hidden_features: int | None = None
@@ -318,8 +321,7 @@ class SuperTokenEncoder(nn.Module):
     message_hidden: hidden width of the message MLPs: "width" (`E`) or "input"
       (`2E + F`, FormNet's configs; see the module docstring).
     dropout_rate: dropout of each layer (on its pooled hidden vectors).
-    kernel: "xla", "pallas", "pallas_saved", "pallas_dpre" or "pallas_fused" (see
-      `GCNLayer`).
+    kernel: "xla" or one of `gcn_pallas.FORMS` (see `GCNLayer`).
     pallas_tiles: the fused kernels' `gcn_pallas.Tiles` (None: their defaults).
   """
   features: int
