@@ -109,18 +109,18 @@ def emit(rows: Sequence[dict], *, as_json: bool, columns: Sequence[str] | None =
   file.flush()
 
 
-# One run on a 16-core Xeon (flaxdoc.bench.gemm, 2,048 tokens, float32, jaxlib 0.11):
-# XLA:CPU's default thunk runtime ran the encoder's [N, 768] x [768, 768] matmul at 454
-# GFLOP/s against PyTorch's 1,043; with the older whole-program runtime JAX matched
-# PyTorch on all three shapes (1,034 vs 1,028 GFLOP/s overall). jaxlib 0.10 warns that
-# the flag is no longer supported, so benchmarks take it only when asked
-# (`bench.serve --xla_no_thunks`) until a repeated measurement confirms it.
 # `GCNLayer(kernel=...)`'s names (`flaxdoc.nn.gcn.KERNELS`, a test keeps them equal), for
 # the benchmarks' flags: spelled out so a `--help` or an environment set before JAX's
 # import (`hlo_traffic`) does not wait on importing JAX.
 GCN_KERNELS = ("xla", "pallas", "pallas_saved", "pallas_dpre", "pallas_fused",
                "pallas_fused_forward")
 
+# One run on a 16-core Xeon (flaxdoc.bench.gemm, 2,048 tokens, float32, jaxlib 0.11):
+# XLA:CPU's default thunk runtime ran the encoder's [N, 768] x [768, 768] matmul at 454
+# GFLOP/s against PyTorch's 1,043; with the older whole-program runtime JAX matched
+# PyTorch on all three shapes (1,034 vs 1,028 GFLOP/s overall). jaxlib 0.10 warns that
+# the flag is no longer supported, so benchmarks take it only when asked
+# (`bench.serve --xla_no_thunks`) until a repeated measurement confirms it.
 XLA_CPU_DEFAULT_FLAGS = ("--xla_cpu_use_thunk_runtime=false",)
 
 

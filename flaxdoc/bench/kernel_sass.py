@@ -360,13 +360,18 @@ def run(kernels=("etc", "gcn_saved"), etc_tiles=None, gcn_tiles=None, arch: int 
     else:
       raise ValueError(f"kernel_sass: unknown kernels {which!r}: etc, gcn, gcn_saved, "
                        "gcn_dpre or gcn_fused")
-    seen = set()
+    seen = {}
     for k in lower_kernels(fn, args):
-      if k["name"] in seen:  # the recomputing GCN runs its scores kernel twice
+      # A kernel the step calls twice with the same code is one row; the GCN's scores
+      # kernel is traced twice with different code (the score vector forward, each node's
+      # pooled gradient for `d a` backward): the second gets its own row, "name#2".
+      versions = seen.setdefault(k["name"], [])
+      if k["ir"] in versions:
         continue
-      seen.add(k["name"])
+      versions.append(k["ir"])
+      label = k["name"] + (f"#{len(versions)}" if len(versions) > 1 else "")
       sass, usage = compile_to_sass(k["ir"], k["warps"], k["stages"], arch)
-      row = summarize(k["name"], sass, usage, per_thread[k["name"]], k["warps"])
+      row = summarize(label, sass, usage, per_thread[k["name"]], k["warps"])
       # Static instructions x passes: what one layer issues if every pass runs the whole
       # counted code (warp instructions; the fairer figure across tilings).
       layer = row["counted_instructions"] * k["warps"] * passes[k["name"]] / 1e9

@@ -58,7 +58,8 @@ The edge features are treated as data: they get no gradient (the XLA path would 
 them one; nothing in flaxdoc trains them). The score's constant `b2 . w` is left out:
 a softmax does not see a constant. Kernels run on GPUs through Pallas' Triton backend,
 elsewhere (CPU tests) with `interpret=True`. The kernel bodies are in
-`flaxdoc.nn.gcn_pallas_kernels`, the `pallas_call`s that lay out their operands and
+`flaxdoc.nn.gcn_pallas_kernels` (the fused forms' in `flaxdoc.nn.gcn_pallas_fused`), the
+`pallas_call`s that lay out their operands and
 launch them in `flaxdoc.nn.gcn_pallas_calls`; this module holds the forms and tiles, the
 custom VJP that chains the calls, and the public functions.
 """
@@ -103,9 +104,10 @@ class Tiles:
   block_hidden: int = 32
   block_edges: int = 32
   warps: int = 4
-  # `fused_forward`'s kernel: nodes a program (x all of H; divides block_nodes) and warps.
-  # 2 x 8: no spill at FormNet-A2's sizes (`bench.kernel_sass`; 4 warps spill, 16 double
-  # the instructions); untimed.
+  # The fused forms' kernels: nodes a program (x all of H; divides block_nodes) and warps.
+  # 2 x 8: the forward keeps 104 registers without a spill at FormNet-A2's sizes, the
+  # backward 255 with 344 bytes spilled (`bench.kernel_sass`; at 4 warps the forward
+  # spills too, at 16 the instructions double); untimed.
   fused_nodes: int = 2
   fused_warps: int = 8
 

@@ -1,12 +1,14 @@
 """The `pallas_call`s of `flaxdoc.nn.gcn_pallas`: operands, BlockSpecs, grids, outputs.
 
 `gcn_pallas` ties these into the message attention's custom VJP; the kernel bodies are
-in `flaxdoc.nn.gcn_pallas_kernels`. Everything here works on the kernels' layout: node
-arrays padded to whole tiles (`[B, Lp, Hp]`, `[S | N]` as one `[B, Lp, 2 Hp]` array),
-edge arrays flattened to rows `node * Kp + slot` (`prepare`), on a grid of (batch row,
-node tile, hidden chunk). Besides the layout helpers (`pad_nodes`, `prepare`,
-`prepare_edges`), each function is one kernel launch (or, for the softmax, the small XLA
-op between two), forward or backward, recomputing or reading saved activations.
+in `flaxdoc.nn.gcn_pallas_kernels` and `flaxdoc.nn.gcn_pallas_fused`. Everything here
+works on the kernels' layout: node arrays padded to whole tiles (`[B, Lp, Hp]`, `[S | N]`
+as one `[B, Lp, 2 Hp]` array), edge arrays flattened to rows `node * Kp + slot`
+(`prepare`), on a grid of (batch row, node tile, hidden chunk), or (batch row, node tile)
+for the fused kernels, each program over all of `Hp`. Besides the layout helpers
+(`pad_nodes`, `prepare`, `prepare_edges`), each function is one kernel launch (or, for
+the softmax, the small XLA op between two), forward or backward, recomputing or reading
+saved activations.
 """
 
 from __future__ import annotations

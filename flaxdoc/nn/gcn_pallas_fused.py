@@ -45,8 +45,9 @@ def fused_forward_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, v_ref, mask_
   registers, no spill, 31.6 instructions an edge element where the scores and pooling
   kernels take 23.5 + 24.6; 4 warps spill). Scores sum `x . v` in float32 as
   `gcn_pallas_kernels.edge_dot_kernel` does; the pooled sum is `pool_kernel`'s product,
-  `x` and the weights as operands in the inputs' dtype. Writes the pooled `[BLf, Hp]` and
-  the weights `[BLf * Kp]` (the backward's residual).
+  `x` and the weights as operands in the inputs' dtype. Writes the program's `BLf` rows of
+  the pooled `[Lp, Hp]` (under a mask, `_pooled_rows`) and the weights `[BLf * Kp]` (the
+  backward's residual).
   """
   bl, kp, bh = cfg.fused_nodes, cfg.padded_slots, cfg.block_hidden
   keep = jnp.bfloat16 if cfg.bf16 else F32
@@ -75,15 +76,15 @@ def fused_forward_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, v_ref, mask_
 
 
 def _pooled_rows(cfg, weights):
-  """The fused kernels' per-node sums as 16-row products (the least Triton's dots take):
-  `(picks [rows, BLf * Kp], mask [rows, BH], start)`. Row `r` of `picks @ edge_rows` is
-  node `start + r` of the row, `weights` (`[BLf * Kp]`, or None for ones) on its edges if
-  it is one of this program's `BLf` nodes, else zero; `mask` marks those rows, the only
-  ones stored (at rows `start ...` of the row's whole `[Lp, ...]` output). `start` keeps
-  the window inside `Lp` at the row's end, so no store is out of range, even masked (the
-  interpreter clamps a window that would be)."""
+  """The fused kernels' per-node sums as products of 16 rows (the least Triton's dots
+  take; `BLf` if more): `(picks [rows, BLf * Kp], mask [rows, BH], start)`. Row `r` of
+  `picks @ edge_rows` is node `start + r` of the row, `weights` (`[BLf * Kp]`, or None
+  for ones) on its edges if it is one of this program's `BLf` nodes, else zero; `mask`
+  marks those rows, the only ones stored (at rows `start ...` of the row's whole
+  `[Lp, ...]` output). `start` keeps the window inside `Lp` at the row's end, so no store
+  is out of range, even masked (the interpreter clamps a window that would be)."""
   bl, kp, bh = cfg.fused_nodes, cfg.padded_slots, cfg.block_hidden
-  rows = min(16, cfg.padded_nodes)
+  rows = min(max(16, bl), cfg.padded_nodes)  # every one of the program's BLf nodes
   first = pl.program_id(1) * bl
   start = jnp.minimum(first, cfg.padded_nodes - rows)
   node = lax.broadcasted_iota(jnp.int32, (rows, bl * kp), 0) + (start - first)  # tile's 0..BLf
@@ -141,7 +142,7 @@ def fused_backward_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, v_ref, a_re
     d_pre_ref[:, cols] = d_pre.astype(d_pre_ref.dtype)
     plgpu.store(d_self_ref.at[pl.ds(start, ones.shape[0]), cols],
                 gk.dot(cfg, ones, d_pre).astype(d_self_ref.dtype), mask=mine)
-    d_v_ref[cols] = jnp.sum(gk.dot(cfg, ds_row, x.astype(F32)), axis=0)
+    d_v_ref[cols] = jnp.sum(gk.dot(cfg, ds_row, x), axis=0)
 
 
 def fused_target_grad_kernel(cfg, bounds_ref, order_ref, tgt_ref, e_ref, d_pre_ref, d_nb_ref,

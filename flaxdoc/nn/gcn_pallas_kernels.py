@@ -96,7 +96,7 @@ class Config:
     return self.hidden_chunks * self.block_hidden
 
   @property
-  def fused_tiles(self) -> int:  # programs a row of the fused forward (BLf divides BL)
+  def fused_tiles(self) -> int:  # programs a row of the fused kernels (BLf divides BL)
     return self.padded_nodes // self.fused_nodes
 
 
@@ -287,54 +287,34 @@ def sum_by_target(cfg, bounds_ref, order_ref, tgt_ref, d_pre_of, out_ref, e_ref=
   its in-edges (`e_ref`'s rows gathered; each valid edge is in exactly one target tile),
   for the fused backward, whose node-side programs are too small to keep one.
   """
-  if d_we_ref is not None:
-    _sum_by_target_and_d_we(cfg, bounds_ref, order_ref, tgt_ref, d_pre_of, out_ref, e_ref,
-                            d_we_ref)
-    return
   i = pl.program_id(1)
   bl, be = cfg.block_nodes, cfg.block_edges
   start, end = bounds_ref[i], bounds_ref[i + 1]
   first_node = i * bl
-
-  def body(step, acc):
-    pos = start + step * be
-    edge = order_ref[pl.ds(pos, be)]  # [BE] edge ids (order is padded by BE)
-    valid = (pos + lax.iota(jnp.int32, be)) < end
-    tgt = tgt_ref[edge]
-    onehot = ((tgt - first_node)[None, :] == lax.iota(jnp.int32, bl)[:, None]) & valid[None, :]
-    return acc + dot(cfg, onehot.astype(F32), d_pre_of(edge, tgt))
-
-  steps = (end - start + be - 1) // be
-  out_ref[...] = lax.fori_loop(0, steps, body, jnp.zeros((bl, out_ref.shape[-1]), F32)).astype(
-      out_ref.dtype)
-
-
-def _sum_by_target_and_d_we(cfg, bounds_ref, order_ref, tgt_ref, d_pre_of, out_ref, e_ref,
-                            d_we_ref):
-  """`sum_by_target` with the `d [We; b1]` partial sum (its docstring)."""
-  i = pl.program_id(1)
-  bl, be = cfg.block_nodes, cfg.block_edges
-  start, end = bounds_ref[i], bounds_ref[i + 1]
-  first_node = i * bl
+  with_d_we = d_we_ref is not None
 
   def body(step, carry):
-    acc, acc_we = carry
     pos = start + step * be
     edge = order_ref[pl.ds(pos, be)]  # [BE] edge ids (order is padded by BE)
     valid = (pos + lax.iota(jnp.int32, be)) < end
     tgt = tgt_ref[edge]
     onehot = ((tgt - first_node)[None, :] == lax.iota(jnp.int32, bl)[:, None]) & valid[None, :]
     d_pre = d_pre_of(edge, tgt)
+    acc = carry[0] + dot(cfg, onehot.astype(F32), d_pre)
+    if not with_d_we:
+      return (acc,)
+    # `valid` keeps the edges past this tile's (read by the last step) out of `d We`.
     e_rows = jnp.where(valid[:, None], e_ref[edge, :].astype(F32), 0.0)  # [BE, Fp]
-    return (acc + dot(cfg, onehot.astype(F32), d_pre),
-            acc_we + dot(cfg, e_rows, d_pre, trans_a=True))
+    return acc, carry[1] + dot(cfg, e_rows, d_pre, trans_a=True)
 
   steps = (end - start + be - 1) // be
   bh = out_ref.shape[-1]
-  acc, acc_we = lax.fori_loop(0, steps, body, (jnp.zeros((bl, bh), F32),
-                                               jnp.zeros((cfg.padded_features, bh), F32)))
-  out_ref[...] = acc.astype(out_ref.dtype)
-  d_we_ref[...] = acc_we
+  init = (jnp.zeros((bl, bh), F32),) + ((jnp.zeros((cfg.padded_features, bh), F32),)
+                                        if with_d_we else ())
+  sums = lax.fori_loop(0, steps, body, init)
+  out_ref[...] = sums[0].astype(out_ref.dtype)
+  if with_d_we:
+    d_we_ref[...] = sums[1]
 
 
 def target_grad_kernel(cfg, bounds_ref, order_ref, s_ref, n_ref, tgt_ref, e_ref, we_ref,

@@ -185,8 +185,12 @@ def check_against_reference(p, tiles=SMALL, seed=5, zero=(), save=False):
     (SMALL, False), (SMALL, True),  # recomputing every edge's GELU, or saving it
     # the forward and the backward's node side in one kernel each, 2 nodes a program (so 16
     # pooled rows span the tile's neighbours and, at the row's end, the last 16 nodes: 37
-    # nodes padded to 40); the fused forward before `write_d_pre`'s backward
-    (SMALL, FUSED_BOTH), (SMALL, FUSED_FORWARD),
+    # nodes padded to 40)
+    (SMALL, FUSED_BOTH),
+    # the fused forward is FUSED_BOTH's, the backward `write_d_pre`'s: their wiring together
+    pytest.param(SMALL, FUSED_FORWARD, marks=pytest.mark.slow),
+    # 32 nodes a fused program: more than the 16 rows of the pooled products' least window
+    (gp.Tiles(block_nodes=32, block_hidden=32, block_edges=16, fused_nodes=32), FUSED_BOTH),
     pytest.param(gp.Tiles(block_nodes=8, block_hidden=16, block_edges=32), False,
                  marks=pytest.mark.slow),
     # 8 nodes a fused program, the whole node tile
@@ -223,11 +227,14 @@ def test_writing_d_pre_gives_the_recomputing_gradients_bit_for_bit(dtype):
 
 
 @pytest.mark.parametrize("save", [
-    # The last step's read past the edges is `_sum_by_target`'s, which both target kernels
-    # share: the saved one covers it in the default run; the recomputing one is in the slow
+    # The last step's read past the edges is `sum_by_target`'s, which every target kernel
+    # shares: the saved one covers it in the default run; the recomputing one is in the slow
     # set (its values are checked above), for the 15-minute budget.
     pytest.param(False, marks=pytest.mark.slow),
-    True])
+    True,
+    # the fused backward's target side also sums `d We`, where the read past its edges
+    # must be left out too
+    FUSED_BOTH])
 def test_every_slot_valid_and_the_last_step_reading_past_the_edges(save):
   """No masked edge sorts last, so the last target tile's last step reads the order's
   padding (edge 0, whose target is in that tile): only the step's `valid` mask keeps it out."""
@@ -293,7 +300,7 @@ def test_no_gradient_reaches_the_edge_features():
 
 
 @pytest.mark.parametrize("save", [
-    # The recomputing kernels' bfloat16 dots are the saved ones' (`_dot`, cfg.bf16), which the
+    # The recomputing kernels' bfloat16 dots are the saved ones' (`dot`, cfg.bf16), which the
     # default run checks below; in the slow set for the 15-minute budget.
     pytest.param(False, marks=pytest.mark.slow),
     True,  # saved: x, its slope and d pre in bfloat16
@@ -311,7 +318,8 @@ def test_bfloat16_inputs_stay_close_to_float32(save):
     err = float(jnp.linalg.norm(pooled.astype(jnp.float32) - want) / jnp.linalg.norm(want))
     assert err < 1e-2, err
     np.testing.assert_allclose(np.asarray(weights), np.asarray(want_w), atol=3e-2)
-  if save:  # the saved (or kept) x and the recomputed x enter one bfloat16 product: same bits
+  if save is True:  # the saved x and the recomputed x enter one bfloat16 product: same bits
+    # (the fused forms run one kernel for both, so there is nothing to compare)
     np.testing.assert_array_equal(np.asarray(inference[0], np.float32),
                                   np.asarray(training[0], np.float32))
   rng = np.random.default_rng(6)
@@ -394,7 +402,9 @@ FUSED_FWD = ["gcn_backward_source_writing", "gcn_edge_dot", "gcn_fused_forward",
              "gcn_saved_backward_target"]
 
 
-@pytest.mark.parametrize("save", [False, True, FUSED_BOTH, FUSED_FORWARD])
+@pytest.mark.parametrize("save", [
+    False, True, FUSED_BOTH,
+    pytest.param(FUSED_FORWARD, marks=pytest.mark.slow)])  # its kernels are the others'
 @pytest.mark.parametrize("nodes, k, f, h, dtype", [
     (64, 8, 12, 1548, jnp.bfloat16),  # FormNet-A2's hidden width: not a multiple of the chunk
     (37, 5, 11, 70, jnp.float32),  # nothing a power of two or a multiple of a tile
@@ -432,8 +442,9 @@ def test_lowers_to_triton_for_a_gpu(nodes, k, f, h, dtype, save):
   assert kernels(step) == (["gcn_edge_dot", "gcn_pool"], 2)
 
 
-@pytest.mark.parametrize("kernel", ["pallas", "pallas_saved", "pallas_dpre", "pallas_fused",
-                                    "pallas_fused_forward"])
+@pytest.mark.parametrize("kernel", [
+    "pallas", "pallas_saved", "pallas_dpre", "pallas_fused",
+    pytest.param("pallas_fused_forward", marks=pytest.mark.slow)])  # the others' kernels
 def test_no_node_array_is_padded_cropped_or_converted_around_the_kernels(kernel):
   """The layer's forward and backward lowered for CUDA (bfloat16, 64 nodes, H = 43 in
   chunks of 32): the only operations on a `[B, L, H]` node array outside the kernels are
