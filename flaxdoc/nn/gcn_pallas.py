@@ -76,7 +76,7 @@ from jax.experimental import pallas as pl
 from flaxdoc.nn import batch_parallel
 from flaxdoc.nn import gcn_pallas_calls as calls
 from flaxdoc.nn import pallas_backend
-from flaxdoc.nn.gcn_pallas_kernels import Config
+from flaxdoc.nn.gcn_pallas_kernels import Config, slot_softmax_grad
 
 __all__ = ["DEFAULT_TILES", "DPRE_TILES", "FORMS", "Config", "Tiles", "attention_pool",
            "default_tiles", "form_options", "message_attention"]
@@ -219,9 +219,9 @@ def _attention_pool_bwd(cfg, res, grads):
   d_a = calls.saved_edge_dot(cfg, hidden, dp) if cfg.save_activations else calls.edge_dot(
       cfg, x, dp, per_node_u=True)
   d_a += d_weights
-  # Softmax backward per node: ds = a (da - sum_k a da); zero where a is (masked slots).
-  a3, d_a3 = a.reshape(batch, lp, kp), d_a.reshape(batch, lp, kp)
-  ds = (a3 * (d_a3 - jnp.sum(a3 * d_a3, axis=-1, keepdims=True))).reshape(batch, cfg.rows)
+  # Softmax backward per node (zero where a is: masked slots).
+  ds = slot_softmax_grad(a.reshape(batch, lp, kp), d_a.reshape(batch, lp, kp)).reshape(
+      batch, cfg.rows)
   # The source side writes `d S` into `d [S | N]`, the target side `d N` into the same array.
   if cfg.save_activations:
     d_sn, d_v, d_we, d_pre = calls.saved_source_grads(cfg, x, hidden, slope, a, ds, dp)

@@ -83,15 +83,21 @@ def _specs(cfg):
   )
 
 
-def _call(cfg, batch, kernel, in_specs, out_specs, out_shape, name, input_output_aliases=None):
-  """One `pallas_call` over the grid (batch, node tiles, hidden chunks)."""
+def _launch(cfg, kernel, grid, in_specs, out_specs, out_shape, name, warps, stages,
+            input_output_aliases=None):
+  """A `pallas_call` in the interpreter, or with Triton's warps and stages on a GPU."""
   kwargs = {"input_output_aliases": input_output_aliases} if input_output_aliases else {}
   if not cfg.interpret:
     from jax.experimental.pallas import triton as plgpu  # pylint: disable=import-outside-toplevel
-    kwargs["compiler_params"] = plgpu.CompilerParams(num_warps=cfg.warps, num_stages=2)
-  return pl.pallas_call(kernel, grid=(batch, cfg.node_tiles, cfg.hidden_chunks),
-                        in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
-                        interpret=cfg.interpret, name=name, **kwargs)
+    kwargs["compiler_params"] = plgpu.CompilerParams(num_warps=warps, num_stages=stages)
+  return pl.pallas_call(kernel, grid=grid, in_specs=in_specs, out_specs=out_specs,
+                        out_shape=out_shape, interpret=cfg.interpret, name=name, **kwargs)
+
+
+def _call(cfg, batch, kernel, in_specs, out_specs, out_shape, name, input_output_aliases=None):
+  """One `pallas_call` over the grid (batch, node tiles, hidden chunks)."""
+  return _launch(cfg, kernel, (batch, cfg.node_tiles, cfg.hidden_chunks), in_specs, out_specs,
+                 out_shape, name, cfg.warps, 2, input_output_aliases)
 
 
 def edge_dot(cfg, x, u, per_node_u):
@@ -109,10 +115,8 @@ def edge_dot(cfg, x, u, per_node_u):
 def softmax(cfg, scores, mask):
   """Softmax over each node's valid slots; zeros for a node without one. `[B, rows]`."""
   batch, kp = scores.shape[0], cfg.padded_slots
-  scores = scores.reshape(batch, -1, kp)
-  mask = mask.reshape(batch, -1, kp)
-  weights = jax.nn.softmax(jnp.where(mask, scores, jnp.finfo(F32).min), axis=-1)
-  return jnp.where(mask, weights, 0.0).reshape(batch, cfg.rows)
+  weights = kernels.slot_softmax(scores.reshape(batch, -1, kp), mask.reshape(batch, -1, kp))
+  return weights.reshape(batch, cfg.rows)
 
 
 def pool(cfg, x, a, out_dtype):
@@ -143,13 +147,9 @@ def _fused_specs(cfg):
 
 
 def _fused_call(cfg, batch, kernel, in_specs, out_specs, out_shape, name):
-  kwargs = {}
-  if not cfg.interpret:
-    from jax.experimental.pallas import triton as plgpu  # pylint: disable=import-outside-toplevel
-    kwargs["compiler_params"] = plgpu.CompilerParams(num_warps=cfg.fused_warps, num_stages=1)
-  return pl.pallas_call(functools.partial(kernel, cfg), grid=(batch, cfg.fused_tiles),
-                        in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
-                        interpret=cfg.interpret, name=name, **kwargs)
+  """One fused kernel's `pallas_call` over the grid (batch, node tiles of `fused_nodes`)."""
+  return _launch(cfg, functools.partial(kernel, cfg), (batch, cfg.fused_tiles), in_specs,
+                 out_specs, out_shape, name, cfg.fused_warps, 1)
 
 
 def _fused_we(cfg, x):

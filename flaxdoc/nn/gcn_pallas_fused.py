@@ -21,13 +21,11 @@ from flaxdoc.nn import gcn_pallas_kernels as gk
 F32 = jnp.float32
 
 
-def _slot_softmax(scores, mask):
-  """Softmax over each node's valid slots (`[BLf, Kp]`, float32); all zero for a node
-  with none, as `gcn_pallas_calls.softmax`."""
-  scores = jnp.where(mask, scores, jnp.finfo(F32).min)
-  e = jnp.where(mask, jnp.exp(scores - jnp.max(scores, axis=1, keepdims=True)), 0.0)
-  total = jnp.sum(e, axis=1, keepdims=True)
-  return e / jnp.where(total > 0, total, 1.0)
+def _chunk_pre(cfg, s_ref, n_ref, tgt, e_rows, we_ref, cols):
+  """The pre-activation of the program's edge rows in hidden chunk `cols` (`[BLf * Kp, BH]`;
+  as `gcn_pallas_kernels._pre`, from refs covering all of `Hp`)."""
+  return (gk.per_edge(cfg, s_ref[:, cols].astype(F32)) + n_ref[tgt, cols].astype(F32)
+          + gk.dot(cfg, e_rows, we_ref[:, cols]))
 
 
 def fused_forward_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, v_ref, mask_ref, out_ref,
@@ -55,16 +53,13 @@ def fused_forward_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, v_ref, mask_
   kept, partial = [], jnp.zeros((bl * kp, bh), F32)
   for c in range(cfg.hidden_chunks):
     cols = pl.ds(c * bh, bh)
-    s_rows = jnp.broadcast_to(s_ref[:, cols].astype(F32)[:, None, :], (bl, kp, bh))
-    pre = s_rows.reshape(bl * kp, bh) + n_ref[tgt, cols].astype(F32) + gk.dot(
-        cfg, e_rows, we_ref[:, cols])
-    x = gk.gelu(pre, cfg.interpret)
+    x = gk.gelu(_chunk_pre(cfg, s_ref, n_ref, tgt, e_rows, we_ref, cols), cfg.interpret)
     # The score's sum over H: one multiply-add an element here, one sum across the row's
     # threads at the end (not one per chunk).
     partial = partial + x * v_ref[cols].astype(F32)[None, :]
     kept.append(x.astype(keep))
   score = jnp.sum(partial, axis=1)  # [BLf * Kp]
-  a = _slot_softmax(score.reshape(bl, kp), mask_ref[...].reshape(bl, kp) != 0)  # [BLf, Kp]
+  a = gk.slot_softmax(score.reshape(bl, kp), mask_ref[...].reshape(bl, kp) != 0)  # [BLf, Kp]
   a = a.reshape(bl * kp)
   a_ref[...] = a
   # The pooled sum as a 16-row product, only this program's rows stored (`_pooled_rows`).
@@ -115,30 +110,24 @@ def fused_backward_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, v_ref, a_re
   tgt, e_rows = tgt_ref[...], e_ref[...]
 
   def dp_rows(cols):  # the pooled gradient of each edge's source node, [BLf * Kp, BH]
-    dp = jnp.broadcast_to(dp_ref[:, cols].astype(F32)[:, None, :], (bl, kp, bh))
-    return dp.reshape(bl * kp, bh)
+    return gk.per_edge(cfg, dp_ref[:, cols].astype(F32))
 
   xs, slopes, partial = [], [], jnp.zeros((bl * kp, bh), F32)
   for c in range(cfg.hidden_chunks):
     cols = pl.ds(c * bh, bh)
-    s_rows = jnp.broadcast_to(s_ref[:, cols].astype(F32)[:, None, :], (bl, kp, bh))
-    pre = s_rows.reshape(bl * kp, bh) + n_ref[tgt, cols].astype(F32) + gk.dot(
-        cfg, e_rows, we_ref[:, cols])
-    x, slope = gk.gelu_and_grad(pre, cfg.interpret)
+    x, slope = gk.gelu_and_grad(_chunk_pre(cfg, s_ref, n_ref, tgt, e_rows, we_ref, cols),
+                                cfg.interpret)
     partial = partial + x * dp_rows(cols)
     xs.append(x.astype(keep))
     slopes.append(slope.astype(keep))
   a = a_ref[...]
   d_a = (jnp.sum(partial, axis=1) + dw_ref[...]).reshape(bl, kp)
-  a2 = a.reshape(bl, kp)
-  ds = (a2 * (d_a - jnp.sum(a2 * d_a, axis=1, keepdims=True))).reshape(bl * kp)
+  ds = gk.slot_softmax_grad(a.reshape(bl, kp), d_a).reshape(bl * kp)
   ones, mine, start = _pooled_rows(cfg, None)
-  first = lax.broadcasted_iota(jnp.int32, (16, bl * kp), 0) == 0
-  ds_row = jnp.where(first, ds[None, :], 0.0)  # `d v = ds . x` as row 0 of a 16-row product
+  ds_row = gk.ds_rows(ds)  # `d v = ds . x` as row 0 of a 16-row product, once for all chunks
   for c, (x, slope) in enumerate(zip(xs, slopes)):
     cols = pl.ds(c * bh, bh)
-    d_hidden = a[:, None] * dp_rows(cols) + ds[:, None] * v_ref[cols].astype(F32)[None, :]
-    d_pre = d_hidden * slope.astype(F32)
+    d_pre = gk.d_hidden(a, ds, dp_rows(cols), v_ref[cols]) * slope.astype(F32)
     d_pre_ref[:, cols] = d_pre.astype(d_pre_ref.dtype)
     plgpu.store(d_self_ref.at[pl.ds(start, ones.shape[0]), cols],
                 gk.dot(cfg, ones, d_pre).astype(d_self_ref.dtype), mask=mine)

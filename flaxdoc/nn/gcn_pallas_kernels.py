@@ -173,7 +173,7 @@ def dot(cfg, a, b, trans_a=False):
                  preferred_element_type=F32)
 
 
-def _per_edge(cfg, node_rows):
+def per_edge(cfg, node_rows):
   """`[BL, BH]` per-node rows -> `[BR, BH]`, each repeated for its node's `Kp` edges."""
   bl, bh = node_rows.shape
   kp = cfg.padded_slots
@@ -212,10 +212,10 @@ def _pre(cfg, s_rows, n_ref, tgt, e_rows, we_ref):
 def edge_dot_kernel(cfg, per_node_u, s_ref, n_ref, tgt_ref, e_ref, we_ref, u_ref, out_ref):
   """`out[e] = sum_h x[e, h] u[h]` over this chunk: `u` the score vector (forward), or the
   pooled gradient of the edge's source node (`per_node_u`, backward)."""
-  s_rows = _per_edge(cfg, s_ref[...].astype(F32))
+  s_rows = per_edge(cfg, s_ref[...].astype(F32))
   x = gelu(_pre(cfg, s_rows, n_ref, tgt_ref[...], e_ref[...], we_ref), cfg.interpret)
   if per_node_u:
-    u = _per_edge(cfg, u_ref[...].astype(F32))
+    u = per_edge(cfg, u_ref[...].astype(F32))
   else:
     u = u_ref[...].astype(F32)[None, :]
   out_ref[...] = jnp.sum(x * u, axis=1)
@@ -223,21 +223,46 @@ def edge_dot_kernel(cfg, per_node_u, s_ref, n_ref, tgt_ref, e_ref, we_ref, u_ref
 
 def pool_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, a_ref, out_ref):
   """`pooled[l, h] = sum_k a[l, k] x[l, k, h]` for this tile's nodes and chunk."""
-  s_rows = _per_edge(cfg, s_ref[...].astype(F32))
+  s_rows = per_edge(cfg, s_ref[...].astype(F32))
   x = gelu(_pre(cfg, s_rows, n_ref, tgt_ref[...], e_ref[...], we_ref), cfg.interpret)
   out_ref[...] = _per_node(cfg, x, a_ref[...]).astype(out_ref.dtype)
 
 
-def _d_hidden(a, ds, dp_rows, v_ref):
+def d_hidden(a, ds, dp_rows, v):
   """`dx = a dP + ds v` of edge rows: the gradient through the pooled sum (`dp_rows`, the
-  pooled gradient of each edge's source node) and through the score (`ds`)."""
-  return a[:, None] * dp_rows + ds[:, None] * v_ref[...].astype(F32)[None, :]
+  pooled gradient of each edge's source node) and through the score (`ds`; `v` the score
+  vector's chunk)."""
+  return a[:, None] * dp_rows + ds[:, None] * v.astype(F32)[None, :]
+
+
+def ds_rows(ds):
+  """`ds` `[rows]` as row 0 of a `[16, rows]` matrix, zeros below: `dot(ds_rows(ds), x)`'s
+  row 0 is `d v = ds . x`, a product of 16 rows (Triton's minimum), not a sum over the
+  rows, which lie across threads."""
+  first = lax.broadcasted_iota(jnp.int32, (16, ds.shape[0]), 0) == 0
+  return jnp.where(first, ds[None, :], 0.0)
+
+
+def slot_softmax(scores, mask):
+  """Softmax over each node's valid slots (the last axis, `Kp`; float32): all zero for a
+  node with none. Elementwise `jnp`, so XLA (`gcn_pallas_calls.softmax`) and the fused
+  kernels take the same one."""
+  scores = jnp.where(mask, scores, jnp.finfo(F32).min)
+  e = jnp.where(mask, jnp.exp(scores - jnp.max(scores, axis=-1, keepdims=True)), 0.0)
+  total = jnp.sum(e, axis=-1, keepdims=True)
+  return e / jnp.where(total > 0, total, 1.0)
+
+
+def slot_softmax_grad(a, d_a):
+  """The softmax's backward over the last axis: `ds = a (da - sum_k a da)`; zero where `a`
+  is (masked slots)."""
+  return a * (d_a - jnp.sum(a * d_a, axis=-1, keepdims=True))
 
 
 def _pre_grad(cfg, pre, a, ds, dp_rows, v_ref):
   """`(x, d pre)` of edge rows, `d pre = dx * gelu'(pre)`."""
   x, slope = gelu_and_grad(pre, cfg.interpret)
-  return x, _d_hidden(a, ds, dp_rows, v_ref) * slope
+  return x, d_hidden(a, ds, dp_rows, v_ref[...]) * slope
 
 
 def _store_source_grads(cfg, x, ds, d_pre, e_rows, d_self_ref, d_v_ref, d_we_ref):
@@ -246,14 +271,12 @@ def _store_source_grads(cfg, x, ds, d_pre, e_rows, d_self_ref, d_v_ref, d_we_ref
   row the sum of `d pre` over the tile's edges) and `d v`.
 
   Each a small product (bfloat16 operands for bfloat16 inputs, `dot`): `d v = ds . x`
-  as the first row of a 16-row product (Triton's minimum), not a sum over the rows, which
-  lie across threads. In this order (`bench.kernel_sass`, sm_90) the recomputing kernel
-  keeps 167 registers (12 warps an SM; other orders took 174-255, 8 warps) and the saving
-  one loses 2.7 instructions an edge element.
+  as the first row of a 16-row product (`ds_rows`). In this order (`bench.kernel_sass`,
+  sm_90) the recomputing kernel keeps 167 registers (12 warps an SM; other orders took
+  174-255, 8 warps) and the saving one loses 2.7 instructions an edge element.
   """
   d_we_ref[...] = dot(cfg, e_rows, d_pre, trans_a=True)
-  first = lax.broadcasted_iota(jnp.int32, (16, ds.shape[0]), 0) == 0
-  d_v_ref[...] = jnp.sum(dot(cfg, jnp.where(first, ds[None, :], 0.0), x), axis=0)
+  d_v_ref[...] = jnp.sum(dot(cfg, ds_rows(ds), x), axis=0)
   d_self_ref[...] = _per_node(cfg, d_pre).astype(d_self_ref.dtype)
 
 
@@ -262,11 +285,11 @@ def source_grad_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, v_ref, a_ref, 
   """Backward, per source node tile: `d S` and this tile's partial sums of `d v` and
   `d [We; b1]` (`_store_source_grads`); with `Config.write_d_pre` also every edge row's
   `d pre`, for the target side to sum (`saved_target_grad_kernel`)."""
-  s_rows = _per_edge(cfg, s_ref[...].astype(F32))
+  s_rows = per_edge(cfg, s_ref[...].astype(F32))
   e_rows = e_ref[...]
   pre = _pre(cfg, s_rows, n_ref, tgt_ref[...], e_rows, we_ref)
   ds = ds_ref[...]
-  x, d_pre = _pre_grad(cfg, pre, a_ref[...], ds, _per_edge(cfg, dp_ref[...].astype(F32)), v_ref)
+  x, d_pre = _pre_grad(cfg, pre, a_ref[...], ds, per_edge(cfg, dp_ref[...].astype(F32)), v_ref)
   _store_source_grads(cfg, x, ds, d_pre, e_rows, d_self_ref, d_v_ref, d_we_ref)
   if d_pre_ref:
     d_pre_ref[0][...] = d_pre.astype(d_pre_ref[0].dtype)
@@ -335,7 +358,7 @@ def target_grad_kernel(cfg, bounds_ref, order_ref, s_ref, n_ref, tgt_ref, e_ref,
 def saving_scores_kernel(cfg, s_ref, n_ref, tgt_ref, e_ref, we_ref, u_ref, out_ref,
                          x_ref, slope_ref):
   """The forward scores (as `edge_dot_kernel`), also writing the tile's `x` and `gelu'(pre)`."""
-  s_rows = _per_edge(cfg, s_ref[...].astype(F32))
+  s_rows = per_edge(cfg, s_ref[...].astype(F32))
   x, slope = gelu_and_grad(_pre(cfg, s_rows, n_ref, tgt_ref[...], e_ref[...], we_ref),
                            cfg.interpret)
   x_ref[...] = x.astype(x_ref.dtype)
@@ -350,7 +373,7 @@ def saved_pool_kernel(cfg, x_ref, a_ref, out_ref):
 
 def saved_edge_dot_kernel(cfg, x_ref, u_ref, out_ref):
   """`out[e] = sum_h x[e, h] u[src(e), h]` over this chunk, from the saved `x`."""
-  out_ref[...] = jnp.sum(x_ref[...].astype(F32) * _per_edge(cfg, u_ref[...].astype(F32)), axis=1)
+  out_ref[...] = jnp.sum(x_ref[...].astype(F32) * per_edge(cfg, u_ref[...].astype(F32)), axis=1)
 
 
 def saved_source_grad_kernel(cfg, x_ref, slope_ref, e_ref, v_ref, a_ref, ds_ref, dp_ref,
@@ -358,7 +381,7 @@ def saved_source_grad_kernel(cfg, x_ref, slope_ref, e_ref, v_ref, a_ref, ds_ref,
   """As `source_grad_kernel` from the saved `x` and slope; also writes `d pre` for the
   target side."""
   x, ds = x_ref[...].astype(F32), ds_ref[...]
-  d_pre = _d_hidden(a_ref[...], ds, _per_edge(cfg, dp_ref[...].astype(F32)), v_ref) * (
+  d_pre = d_hidden(a_ref[...], ds, per_edge(cfg, dp_ref[...].astype(F32)), v_ref[...]) * (
       slope_ref[...].astype(F32))
   d_pre_ref[...] = d_pre.astype(d_pre_ref.dtype)
   _store_source_grads(cfg, x, ds, d_pre, e_ref[...], d_self_ref, d_v_ref, d_we_ref)
