@@ -36,13 +36,9 @@ belongs to that row alone):
   `implementation="cudnn"` (fused flash attention), forward and forward+backward,
   with and without an additive `[H, N, N]` bias (what Rich Attention adds).
 
-Model FLOPs (2 per multiply-add, matrix products only): the encoder forward from
-`flaxdoc.bench.attention.forward_gflop("etc_rich")`, plus the GCN (per node and
-layer: the message MLP's node parts `2 * 2E * Hm`, its second layer `2 * Hm * E`,
-the edge part `2 * K * F * Hm`, with `Hm = 2E + F`), the super-token input
-projection and the MLM head (`2 P E^2 + 2 P E V` over the `P` positions it scores);
-a training step is 3x the forward (backward = 2x). `--local` runs a shrunk model at
-tiny sizes (the CPU tests).
+Model FLOPs, the step itself and its options (`StepOptions`) are
+`flaxdoc.bench.pretrain_step`'s, shared with `bench.gemm_floor` and `bench.hlo_traffic`.
+`--local` runs a shrunk model at tiny sizes (the CPU tests).
 """
 
 from __future__ import annotations
@@ -57,11 +53,10 @@ import sys
 import time
 
 from flaxdoc.bench import common
-from flaxdoc.bench.attention import Size, forward_gflop
+from flaxdoc.bench.pretrain_step import (LOCAL, Sizes, StepOptions, mfu, pretrain_step,
+                                         train_step_tflop)
 
 H100_BF16_TFLOPS = 989.0  # H100 SXM5 dense bf16 peak (NVIDIA datasheet; sparsity doubles it)
-MULTILINGUAL_VOCAB = 119_547
-MLM_RATE = 0.15
 COLUMNS_PRETRAIN = ("ablation", "etc_kernel", "gcn_kernel", "gcn_backward", "mlm_positions",
                     "pad_to_multiple_of", "length", "batch", "dtype", "param_dtype", "prng",
                     "dropout", "step_ms", "tokens_per_s", "model_tflop", "xla_tflop", "tflops",
@@ -71,49 +66,7 @@ COLUMNS_ATTENTION = ("impl", "tokens", "dtype", "time_ms", "tokens_per_s", "gflo
 COLUMNS_SDPA = ("impl", "tokens", "bias", "pass", "time_ms", "tflops", "max_err")
 
 
-@dataclasses.dataclass(frozen=True)
-class Sizes(Size):
-  """The encoder's sizes (`flaxdoc.bench.attention.Size`) plus FormNet's GCN and vocabulary."""
-  gcn_layers: int = 12
-  max_degree: int = 8
-  edge_features: int = 16
-  vocab: int = MULTILINGUAL_VOCAB
-
-
-LOCAL = Sizes(layers=2, width=128, heads=4, mlp=512, local_radius=16, gcn_layers=2, vocab=1000)
-
-
 # --------------------------------------------------------------------------- FLOPs
-def pretrain_forward_gflop(length: int, s: Sizes, mlm_positions: int | None = None) -> float:
-  """Matrix-multiply GFLOP of one FormNet pre-training forward pass (one sequence).
-
-  `mlm_positions`: how many positions the MLM head scores (None: all `length`).
-  """
-  n, e = float(length), float(s.width)
-  p = n if mlm_positions is None else float(mlm_positions)
-  mlm_head = 2 * p * e * e + 2 * p * e * s.vocab
-  return forward_gflop("etc_rich", length, s) + gcn_gflop(length, s) + mlm_head / 1e9
-
-
-def gcn_gflop(length: int, s: Sizes) -> float:
-  """Matrix-multiply GFLOP of the Super-Token encoder (input projection + GCN layers)."""
-  n, e, f, k = float(length), float(s.width), float(s.edge_features), float(s.max_degree)
-  hm = 2 * e + f
-  gcn = s.gcn_layers * n * (2 * 2 * e * hm + 2 * hm * e + 2 * k * f * hm)
-  node_input = 2 * n * (e + 6) * e
-  return (gcn + node_input) / 1e9
-
-
-def train_step_tflop(length: int, batch: int, s: Sizes, mlm_positions: int | None = None) -> float:
-  """Forward + backward (2x forward) matmul TFLOP of one step over `batch` sequences."""
-  return 3 * batch * pretrain_forward_gflop(length, s, mlm_positions) / 1e3
-
-
-def mfu(tflop: float, seconds: float, peak_tflops: float) -> float:
-  """Model FLOPs utilisation: achieved TFLOP/s over the chip's peak."""
-  return tflop / seconds / peak_tflops
-
-
 def dense_attention_gflop(length: int, heads: int, head_dim: int, backward: bool = False) -> float:
   """`QK^T` and `PV` (2 * 2 N^2 D per head); backward does 2.5x more (5 products, not 2)."""
   fwd = 4.0 * length * length * heads * head_dim / 1e9
@@ -139,102 +92,9 @@ def _cost_flops(compiled) -> float | None:
 
 
 # --------------------------------------------------------------------------- rows
-def formnet_model(s: Sizes, length: int, dtype: str, param_dtype: str, local: bool,
-                  ablation: str = "full", etc_kernel: str = "xla", gcn_kernel: str = "xla",
-                  etc_tiles: tuple = (), gcn_tiles: tuple = (), pad_to_multiple_of: int = 1):
-  from flaxdoc.models import document_encoder as de  # pylint: disable=import-outside-toplevel
-  from flaxdoc.models import formnet  # pylint: disable=import-outside-toplevel
-  config = formnet.model_config(f"A2/{ablation}", local=local)
-  config.etc_kernel = etc_kernel
-  config.gcn_kernel = gcn_kernel
-  config.etc_tiles = tuple(etc_tiles)
-  config.gcn_tiles = tuple(gcn_tiles)
-  config.pad_to_multiple_of = int(pad_to_multiple_of)
-  model = formnet.build(config, vocab_size=s.vocab, num_tags=1, max_len=length, pretraining=True,
-                        dtype=dtype)
-  if param_dtype != "float32":
-    model = model.clone(param_dtype=de._dtype(param_dtype))  # pylint: disable=protected-access
-  return model
-
-
-def pretrain_batch(batch: int, length: int, s: Sizes, mlm_rate: float = MLM_RATE,
-                   max_predictions: int | None = None) -> dict:
-  """A full (unpadded) random pre-training batch with the graph and MLM targets.
-
-  Each token is an MLM target with probability `mlm_rate` (BERT's 15%), at most
-  `max_predictions` per sequence, as `flaxdoc.data.masking.mask_tokens` draws them.
-  """
-  import numpy as np  # pylint: disable=import-outside-toplevel
-  from flaxdoc import models  # pylint: disable=import-outside-toplevel
-  from flaxdoc.data import masking  # pylint: disable=import-outside-toplevel
-  b = models.example_batch(batch, length, vocab_size=s.vocab, graph=True, pretraining=True,
-                           max_degree=s.max_degree, edge_features=s.edge_features)
-  b["attention_mask"] = np.ones_like(b["attention_mask"])
-  rng = np.random.default_rng(1)
-  chosen = rng.random((batch, length)) < mlm_rate
-  if max_predictions is not None:
-    chosen = masking.cap_per_row(chosen, max_predictions, rng)
-  b["mlm_targets"] = np.where(chosen, b["input_ids"], 0).astype(np.int32)
-  b["mlm_weights"] = chosen.astype(np.float32)
-  b["mlm_mask"] = chosen
-  for k in ("lop_mask", "lop_targets", "lop_weights", "tags", "word_ids"):
-    b.pop(k, None)
-  return b
-
-
-def pretrain_step(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes, local: bool,
-                  ablation: str = "full", dropout: bool = True, gcn_backward: str = "scatter_f32",
-                  mlm_positions: str = "capped", etc_kernel: str = "xla",
-                  gcn_kernel: str = "xla", etc_tiles: tuple = (), gcn_tiles: tuple = (),
-                  pad_to_multiple_of: int = 1):
-  """`(step, (params, opt_state, data), tx, head_positions, sizes)`: the step not yet jitted.
-
-  `step(params, opt_state, data, rng) -> (params, opt_state, loss)`: forward, backward
-  and AdamW, as the trainer runs it (`flaxdoc.bench.gemm_floor` lowers the same step).
-  """
-  import jax  # pylint: disable=import-outside-toplevel
-  from flaxdoc.nn import gcn  # pylint: disable=import-outside-toplevel
-  gcn.NEIGHBOR_GRADIENT = gcn_backward
-  import optax  # pylint: disable=import-outside-toplevel
-  from flaxdoc import models  # pylint: disable=import-outside-toplevel
-  from flaxdoc.train import objectives  # pylint: disable=import-outside-toplevel
-  model = formnet_model(s, length, dtype, param_dtype, local, ablation, etc_kernel,
-                        gcn_kernel, etc_tiles, gcn_tiles, pad_to_multiple_of)
-  if ablation != "full":
-    s = dataclasses.replace(s, gcn_layers=0)
-  # "all": the MLM head scores every position; "capped": only the targets, at most
-  # masking.default_max_predictions per sequence (what the trainer does).
-  from flaxdoc.data import masking  # pylint: disable=import-outside-toplevel
-  head_positions = (None if mlm_positions == "all"
-                    else masking.default_max_predictions(length, MLM_RATE))
-  model = model.clone(mlm_max_predictions=head_positions)
-  host = pretrain_batch(batch, length, s, max_predictions=head_positions)
-  params = models.random_parameters(model, {k: v[:1] for k, v in host.items()})
-  if param_dtype != "float32":
-    params = jax.tree.map(lambda x: x.astype(param_dtype), params)
-  params = jax.device_put(params)
-  tx = optax.adamw(1e-4, weight_decay=0.01)
-  opt_state = jax.jit(tx.init)(params)
-  data = jax.device_put(host)
-
-  def loss_fn(p, b, rng):
-    out = model.apply({"params": p}, b, deterministic=not dropout, rngs={"dropout": rng})
-    return objectives.pretraining_loss(out, b)
-
-  def step(p, o, b, rng):
-    (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(p, b, rng)
-    updates, o = tx.update(grads, o, p)
-    return optax.apply_updates(p, updates), o, loss
-
-  return step, (params, opt_state, data), tx, head_positions, s
-
-
 def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes, local: bool,
-                 peak_tflops: float, iters: int, ablation: str = "full", prng: str = "threefry",
-                 dropout: bool = True, profile: str | None = None,
-                 gcn_backward: str = "scatter_f32", mlm_positions: str = "capped",
-                 etc_kernel: str = "xla", gcn_kernel: str = "xla", etc_tiles: tuple = (),
-                 gcn_tiles: tuple = (), pad_to_multiple_of: int = 1) -> dict:
+                 peak_tflops: float, iters: int, opts: StepOptions = StepOptions(),
+                 prng: str = "threefry", profile: str | None = None) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
   from flaxdoc import models  # pylint: disable=import-outside-toplevel
   if prng != "threefry":
@@ -243,8 +103,7 @@ def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes
     # it drew every mask bit; the step timed the same with either (README, session 14).
     jax.config.update("jax_default_prng_impl", prng)
   step, (params, opt_state, data), _, head_positions, s = pretrain_step(
-      length, batch, dtype, param_dtype, s, local, ablation, dropout, gcn_backward,
-      mlm_positions, etc_kernel, gcn_kernel, etc_tiles, gcn_tiles, pad_to_multiple_of)
+      length, batch, dtype, param_dtype, s, local, opts)
   t0 = time.perf_counter()
   compiled = jax.jit(step, donate_argnums=(0, 1)).lower(params, opt_state, data,
                                                           jax.random.key(0)).compile()
@@ -253,11 +112,9 @@ def run_pretrain(length: int, batch: int, dtype: str, param_dtype: str, s: Sizes
   state = {"p": params, "o": opt_state, "i": 0}
   row = dict(part="pretrain", length=length, batch=batch, dtype=dtype, param_dtype=param_dtype,
              compile_s=compile_s, xla_tflop=None if xla is None else xla / 1e12,
-             ablation=ablation, etc_kernel=etc_kernel, gcn_kernel=gcn_kernel,
-             etc_tiles=list(etc_tiles) or None, gcn_tiles=list(gcn_tiles) or None, prng=prng,
-             dropout=dropout, gcn_backward=gcn_backward,
-             mlm_positions=mlm_positions if head_positions is None else head_positions,
-             pad_to_multiple_of=pad_to_multiple_of,
+             **dataclasses.asdict(opts), prng=prng)
+  row.update(etc_tiles=list(opts.etc_tiles) or None, gcn_tiles=list(opts.gcn_tiles) or None,
+             mlm_positions=opts.mlm_positions if head_positions is None else head_positions,
              note=os.environ.get("XLA_FLAGS") or None, device=str(jax.devices()[0].device_kind),
              params=models.count_tree(params))
   return _time_pretrain(compiled, state, data, length, batch, s, peak_tflops, iters, profile, row,
@@ -413,13 +270,8 @@ def run_one(spec: dict) -> list[dict]:
   if part == "pretrain":
     return [run_pretrain(spec["length"], spec["batch"], spec["dtype"], spec["param_dtype"], s,
                          spec.get("local", False), spec["peak_tflops"], spec.get("iters", 10),
-                         spec.get("ablation", "full"), spec.get("prng", "threefry"),
-                         spec.get("dropout", True), spec.get("profile"),
-                         spec.get("gcn_backward", "scatter_f32"),
-                         spec.get("mlm_positions", "capped"), spec.get("etc_kernel", "xla"),
-                         spec.get("gcn_kernel", "xla"), tuple(spec.get("etc_tiles") or ()),
-                         tuple(spec.get("gcn_tiles") or ()),
-                         spec.get("pad_to_multiple_of", 1))]
+                         StepOptions.from_spec(spec), spec.get("prng", "threefry"),
+                         spec.get("profile"))]
   if part == "attention":
     return [run_attention(spec["impl"], spec["length"], spec["dtype"], s)]
   if part == "sdpa":

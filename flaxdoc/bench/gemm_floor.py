@@ -43,6 +43,8 @@ import re
 import sys
 
 from flaxdoc.bench import common
+from flaxdoc.bench.pretrain_step import (LOCAL, Sizes, StepOptions, mfu, pretrain_step,
+                                         train_step_tflop)
 
 _NAME = r'@("[^"]*"|[\w.$-]+)'  # a symbol, bare or quoted (jit of a lambda: @"<lambda>")
 _FUNC = re.compile(r"\s*func\.func (?:public |private )?" + _NAME + r"\(")
@@ -244,20 +246,17 @@ def _label(shape: tuple[int, ...], dtype: str) -> str:
   return f"{'x'.join(map(str, shape))} {dtype}"
 
 
-def run(length: int, batch: int, dtype: str, etc_kernel: str, gcn_kernel: str, iters: int,
-        local: bool, peak_tflops: float, step_ms: float | None = None,
-        pad_to_multiple_of: int = 1):
-  """`(summary_row, dot_rows)` for the step at these sizes."""
+def run(length: int, batch: int, dtype: str, iters: int, local: bool, peak_tflops: float,
+        opts: StepOptions = StepOptions(), step_ms: float | None = None):
+  """`(summary_row, dot_rows)` for the step at these sizes, built as `opts` says."""
   import jax  # pylint: disable=import-outside-toplevel
-  from flaxdoc.bench import accelerator as acc  # pylint: disable=import-outside-toplevel
-  sizes = acc.LOCAL if local else acc.Sizes()
-  step, (params, opt_state, data), tx, head_positions, sizes = acc.pretrain_step(
-      length, batch, dtype, "float32", sizes, local, etc_kernel=etc_kernel,
-      gcn_kernel=gcn_kernel, pad_to_multiple_of=pad_to_multiple_of)
+  sizes = LOCAL if local else Sizes()
+  step, (params, opt_state, data), tx, head_positions, sizes = pretrain_step(
+      length, batch, dtype, "float32", sizes, local, opts)
   text = jax.jit(step).lower(params, opt_state, data, jax.random.key(0)).as_text()
   counts = count_dots(text)
   dot_tflop = sum(d.flop * n for d, n in counts.items()) / 1e12
-  model_tflop = acc.train_step_tflop(length, batch, sizes, head_positions)
+  model_tflop = train_step_tflop(length, batch, sizes, head_positions)
   if dot_tflop < 0.5 * model_tflop:
     # The fused kernels' own work (ETC's scores, the GCN's messages) is a minority of the
     # step; a parse that found less than half the FLOPs has missed products. Checked
@@ -277,13 +276,14 @@ def run(length: int, batch: int, dtype: str, etc_kernel: str, gcn_kernel: str, i
   rows.sort(key=lambda r: -r["ms_total"])
   adamw_ms = time_adamw(tx, params, opt_state, iters) * 1e3
   floor_ms = gemm_ms + adamw_ms
-  summary = dict(what="floor", length=length, batch=batch, dtype=dtype, etc_kernel=etc_kernel,
-                 gcn_kernel=gcn_kernel, pad_to_multiple_of=pad_to_multiple_of,
+  summary = dict(what="floor", length=length, batch=batch, dtype=dtype,
+                 etc_kernel=opts.etc_kernel, gcn_kernel=opts.gcn_kernel,
+                 pad_to_multiple_of=opts.pad_to_multiple_of,
                  dots=sum(counts.values()), distinct=len(counts),
                  dot_tflop=dot_tflop, model_tflop=model_tflop, gemm_ms=gemm_ms,
                  gemm_tflops=dot_tflop / gemm_ms * 1e3 if gemm_ms else None,
                  adamw_ms=adamw_ms, floor_ms=floor_ms,
-                 bound_mfu=acc.mfu(model_tflop, floor_ms / 1e3, peak_tflops),
+                 bound_mfu=mfu(model_tflop, floor_ms / 1e3, peak_tflops),
                  device=str(jax.devices()[0].device_kind), step_ms=step_ms,
                  step_over_floor=None if step_ms is None else step_ms / floor_ms)
   return summary, rows
@@ -312,8 +312,9 @@ def main(argv=None) -> int:
   a = ap.parse_args(argv)
   length, batch = (128, 2) if a.local else (a.length, a.batch)
   kernels = [k or ("xla" if a.local else "pallas") for k in (a.etc_kernel, a.gcn_kernel)]
-  summary, rows = run(length, batch, a.dtype, *kernels, a.iters, a.local, a.peak_tflops,
-                      a.step_ms, a.pad_to_multiple_of)
+  opts = StepOptions(etc_kernel=kernels[0], gcn_kernel=kernels[1],
+                     pad_to_multiple_of=a.pad_to_multiple_of)
+  summary, rows = run(length, batch, a.dtype, a.iters, a.local, a.peak_tflops, opts, a.step_ms)
   common.emit(rows[:a.top], as_json=a.json, title="the step's products, each alone",
               columns=None if a.json else list(DOT_COLUMNS))
   common.emit([summary], as_json=a.json, title="FormNet-A2 pre-training step: GEMM floor",

@@ -44,6 +44,7 @@ import sys
 
 from flaxdoc.bench import common
 from flaxdoc.bench import profile_summary
+from flaxdoc.bench.pretrain_step import Sizes, StepOptions, pretrain_step
 
 H100_BANDWIDTH = 3.35e12  # bytes/s, H100 SXM5 HBM3 (NVIDIA datasheet)
 # The chip as XLA's GPU compiler needs it for a deviceless compile (the values XLA reads
@@ -219,12 +220,12 @@ def cuda_plugin_available() -> bool:
              for v in (13, 12)) if importlib.util.find_spec("jax_plugins") else False
 
 
-def compile_step_text(length: int, batch: int, etc_kernel: str = "pallas",
-                      gcn_kernel: str = "pallas_dpre", etc_tiles: tuple = (),
-                      gcn_tiles: tuple = (), pad_to_multiple_of: int = 1) -> str:
-  """The FormNet-A2 pre-training step (`bench.accelerator.pretrain_step`, bfloat16)
-  compiled for an H100 on this machine: the optimised module's text. `pad_to_multiple_of`:
-  the encoder's rows padded to a multiple (`EncoderSpec.pad_to_multiple_of`)."""
+def compile_step_text(length: int, batch: int,
+                      opts: StepOptions = StepOptions(etc_kernel="pallas",
+                                                      gcn_kernel="pallas_dpre")) -> str:
+  """The FormNet-A2 pre-training step (`bench.pretrain_step`, bfloat16, built as `opts`
+  says; by default with the recommended GPU kernels) compiled for an H100 on this
+  machine: the optimised module's text."""
   # Before JAX starts: no local GPU is looked for, and the plugin's check for cuDNN
   # and CUDA libraries, which a deviceless compile does not use, is skipped.
   os.environ.setdefault("CUDA_VISIBLE_DEVICES", "-1")
@@ -232,7 +233,6 @@ def compile_step_text(length: int, batch: int, etc_kernel: str = "pallas",
   import jax  # pylint: disable=import-outside-toplevel
   from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
   from jax.sharding import NamedSharding, PartitionSpec  # pylint: disable=import-outside-toplevel
-  from flaxdoc.bench import accelerator  # pylint: disable=import-outside-toplevel
   from flaxdoc.nn import pallas_backend  # pylint: disable=import-outside-toplevel
   # The kernels pick the interpreter when the default backend is not a GPU (here it is
   # the CPU); the compile is for a GPU, so they are lowered for Triton.
@@ -249,10 +249,7 @@ def compile_step_text(length: int, batch: int, etc_kernel: str = "pallas",
           "process of its own") from e
     mesh = topologies.make_mesh(topology, (1,), ("data",))
     replicated = NamedSharding(mesh, PartitionSpec())
-    step, state, *_ = accelerator.pretrain_step(
-        length, batch, "bfloat16", "float32", accelerator.Sizes(), False,
-        etc_kernel=etc_kernel, gcn_kernel=gcn_kernel, etc_tiles=etc_tiles,
-        gcn_tiles=gcn_tiles, pad_to_multiple_of=pad_to_multiple_of)
+    step, state, *_ = pretrain_step(length, batch, "bfloat16", "float32", Sizes(), False, opts)
     spec = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated)  # noqa: E731
     key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=replicated)
     lowered = jax.jit(step, donate_argnums=(0, 1)).trace(*jax.tree.map(spec, state),
@@ -299,8 +296,9 @@ def main(argv=None) -> int:
     if not cuda_plugin_available():
       p.error("compiling for an H100 here needs JAX's CUDA plugin (no GPU needed): pip "
               "install jax-cuda13-plugin==<your jax version>; or pass --hlo FILE")
-    text = compile_step_text(a.length, a.batch, a.etc_kernel, a.gcn_kernel,
-                             pad_to_multiple_of=a.pad_to_multiple_of)
+    text = compile_step_text(a.length, a.batch, StepOptions(
+        etc_kernel=a.etc_kernel, gcn_kernel=a.gcn_kernel,
+        pad_to_multiple_of=a.pad_to_multiple_of))
     if a.save:
       profile_summary.write_hlo_text(a.save, text)
   note = ("the module has while loops: their bodies are counted once" if

@@ -56,7 +56,7 @@ import time
 import numpy as np
 
 from flaxdoc.bench import common
-from flaxdoc.bench.accelerator import Sizes as Size, gcn_gflop
+from flaxdoc.bench.pretrain_step import Sizes as Size, gcn_gflop
 
 ROWS = ("formnet_jax", "formnet_torch", "formnet_torch_compiled", "etc_rich_jax",
         "etc_rich_torch", "etc_rich_torch_compiled", "layoutlm_torch", "layoutlm_torch_compiled",

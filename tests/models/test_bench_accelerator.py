@@ -1,32 +1,16 @@
 """`flaxdoc.bench.accelerator` on CPU at tiny sizes: the FLOP counts and one row of each part."""
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
 from flaxdoc.bench import accelerator as acc
-from flaxdoc.bench.attention import Size, forward_gflop
+from flaxdoc.bench import pretrain_step as ps
 
 
-def test_pretrain_flops_add_gcn_and_mlm_head_to_the_encoder():
-  s = acc.Sizes()
-  n = 1024
-  encoder = forward_gflop("etc_rich", n, Size())
-  hm = 2 * 768 + 16
-  gcn = 12 * n * (4 * 768 * hm + 2 * hm * 768 + 2 * 8 * 16 * hm) / 1e9
-  head = (2 * n * 768 * 768 + 2 * n * 768 * s.vocab) / 1e9
-  node_input = 2 * n * (768 + 6) * 768 / 1e9
-  assert acc.pretrain_forward_gflop(n, s) == pytest.approx(encoder + gcn + head + node_input)
-  # Training is forward + backward (2x): 3x the forward, per sequence in the batch.
-  assert acc.train_step_tflop(n, 4, s) == pytest.approx(12 * acc.pretrain_forward_gflop(n, s) / 1e3)
-  # The 6 * parameters * tokens rule of thumb for the A2 model (221.5M parameters)
-  # lands within 10% (attention and the per-edge GCN work are extra).
-  assert acc.train_step_tflop(n, 1, s) == pytest.approx(6 * 221.5e6 * n / 1e12, rel=0.1)
-
-
-def test_mfu_and_attention_flops():
-  assert acc.mfu(989.0, 2.0, 989.0) == pytest.approx(0.5)
+def test_dense_attention_flops():
   assert acc.dense_attention_gflop(1000, 2, 64) == pytest.approx(4 * 1000 ** 2 * 2 * 64 / 1e9)
   assert acc.dense_attention_gflop(10, 1, 8, backward=True) == pytest.approx(
       3.5 * acc.dense_attention_gflop(10, 1, 8))
@@ -83,6 +67,19 @@ def test_plan_skips_steps_over_the_token_budget():
                   ("full", "scatter", 1), ("full", "scatter", 8),
                   ("etc", "scatter_f32", 1), ("etc", "scatter_f32", 8)]
   assert "pad_to_multiple_of" in acc.COLUMNS_PRETRAIN
+  # Every step option travels in the spec (none falls back to its default unseen), and
+  # StepOptions reads each back as planned.
+  a.gcn_kernel, a.gcn_tiles, a.etc_kernel, a.etc_tiles = ["pallas"], [16, 64, 64, 4], \
+      ["pallas"], [32, 64, 4, 32, 32, 4]
+  fields = [f.name for f in dataclasses.fields(ps.StepOptions)]
+  specs = [s for s in acc.plan(a) if s["part"] == "pretrain"]
+  assert len(specs) == 2  # the full and etc ablations
+  for spec in specs:
+    assert set(fields) <= set(spec)
+    expect = {k: spec[k] for k in fields}
+    expect.update(etc_tiles=tuple(spec["etc_tiles"] or ()),
+                  gcn_tiles=tuple(spec["gcn_tiles"] or ()))
+    assert dataclasses.asdict(ps.StepOptions.from_spec(spec)) == expect
   a.parts, a.etc_kernel = ["attention"], ["xla", "pallas"]
   assert [s["impl"] for s in acc.plan(a)] == ["etc_rich", "etc_rich_pallas", "dense"]
 
@@ -94,13 +91,13 @@ def test_one_tiny_pretrain_step_runs_on_cpu():
   assert row["step_ms"] > 0 and np.isfinite(row["loss"])
   # The MLM head scores the capped targets only (ceil(1.5 * 15% * 64) = 15 per sequence).
   assert row["mlm_positions"] == 15
-  assert row["model_tflop"] == pytest.approx(acc.train_step_tflop(64, 2, acc.LOCAL, 15))
-  assert row["model_tflop"] < acc.train_step_tflop(64, 2, acc.LOCAL)
+  assert row["model_tflop"] == pytest.approx(ps.train_step_tflop(64, 2, ps.LOCAL, 15))
+  assert row["model_tflop"] < ps.train_step_tflop(64, 2, ps.LOCAL)
 
 
 def test_sdpa_rows_come_one_by_one_and_check_a_slice_of_queries(monkeypatch):
   monkeypatch.setattr(acc, "REFERENCE_QUERIES", 16)
-  rows = acc.run_sdpa_all(["einsum", "xla", "cudnn"], 48, "float32", acc.LOCAL)
+  rows = acc.run_sdpa_all(["einsum", "xla", "cudnn"], 48, "float32", ps.LOCAL)
   first = next(rows)  # a generator: the first row exists before the others are measured
   rows = [first] + list(rows)
   ok = [r for r in rows if "error" not in r]

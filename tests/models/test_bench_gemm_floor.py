@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import optax
 import pytest
 
-from flaxdoc.bench import accelerator as acc
+from flaxdoc.bench import pretrain_step as ps
 from flaxdoc.bench import gemm_floor
 from flaxdoc.data import masking
 
@@ -87,13 +87,13 @@ def test_parse_dot_reads_dimension_numbers_and_refuses_what_it_cannot_read():
 
 def test_the_shrunk_steps_products_match_the_analytic_flop_count():
   # The XLA paths keep every product in StableHLO: the parsed FLOPs must agree with
-  # accelerator.train_step_tflop (an independent formula) up to the small products
+  # pretrain_step.train_step_tflop (an independent formula) up to the small products
   # it leaves out (global-token rows, the GCN input projection's extras).
-  step, (p, o, data), _, head, sizes = acc.pretrain_step(128, 2, "bfloat16", "float32",
-                                                         acc.LOCAL, True)
+  step, (p, o, data), _, head, sizes = ps.pretrain_step(128, 2, "bfloat16", "float32",
+                                                        ps.LOCAL, True)
   counts = gemm_floor.count_dots(_lowered(step, p, o, data, jax.random.key(0)))
   parsed = sum(d.flop * n for d, n in counts.items()) / 1e12
-  assert parsed == pytest.approx(acc.train_step_tflop(128, 2, sizes, head), rel=0.03)
+  assert parsed == pytest.approx(ps.train_step_tflop(128, 2, sizes, head), rel=0.03)
   assert collections.Counter(d.out_dtype for d in counts)["bfloat16"] > len(counts) // 2
 
 
@@ -101,8 +101,8 @@ def test_padded_rows_reach_the_steps_products():
   # 128 tokens and the global are 129 rows; padded to 8, every product over the encoder's
   # rows runs over 136 (the ETC blocks of 17 hold 136 long rows either way).
   def row_counts(pad):
-    step, (p, o, data), *_ = acc.pretrain_step(128, 2, "float32", "float32", acc.LOCAL, True,
-                                               pad_to_multiple_of=pad)
+    step, (p, o, data), *_ = ps.pretrain_step(128, 2, "float32", "float32", ps.LOCAL, True,
+                                              ps.StepOptions(pad_to_multiple_of=pad))
     dots = gemm_floor.count_dots(_lowered(step, p, o, data, jax.random.key(0)))
     return collections.Counter(n for d in dots for n in d.lhs + d.rhs if n in (129, 136))
 
@@ -146,16 +146,16 @@ def test_the_gpu_steps_products_are_all_found(monkeypatch):
   # The shrunk step with both fused kernels, lowered for CUDA on this CPU (the kernels
   # compile for a GPU when the backend says so): the products outside the kernels carry
   # most of the analytic FLOPs (the kernels' own scores and messages are not products).
-  step, (p, o, data), _, head, sizes = acc.pretrain_step(
-      128, 2, "bfloat16", "float32", acc.LOCAL, True, etc_kernel="pallas",
-      gcn_kernel="pallas_saved")
+  step, (p, o, data), _, head, sizes = ps.pretrain_step(
+      128, 2, "bfloat16", "float32", ps.LOCAL, True,
+      ps.StepOptions(etc_kernel="pallas", gcn_kernel="pallas_saved"))
   monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
   text = jax.jit(step).trace(p, o, data, jax.random.key(0)).lower(
       lowering_platforms=("cuda",)).as_text()
   assert text.count("xla.gpu.triton") >= 3 * sizes.layers
   counts = gemm_floor.count_dots(text)
   parsed = sum(d.flop * n for d, n in counts.items()) / 1e12
-  analytic = acc.train_step_tflop(128, 2, sizes, head)
+  analytic = ps.train_step_tflop(128, 2, sizes, head)
   assert 0.8 * analytic < parsed < analytic
 
 
@@ -203,8 +203,8 @@ def test_time_dot_divides_by_the_copies_and_adamw_updates_in_place(monkeypatch):
 
 @pytest.mark.slow  # times ~70 products one by one
 def test_summary_row_of_the_shrunk_step():
-  summary, rows = gemm_floor.run(128, 2, "float32", "xla", "xla", iters=1, local=True,
-                                 peak_tflops=1.0, step_ms=1e6)
+  summary, rows = gemm_floor.run(128, 2, "float32", iters=1, local=True, peak_tflops=1.0,
+                                 step_ms=1e6)
   assert summary["dots"] == sum(r["count"] for r in rows) and summary["distinct"] == len(rows)
   assert summary["gemm_ms"] == pytest.approx(sum(r["ms_total"] for r in rows))
   assert summary["floor_ms"] == pytest.approx(summary["gemm_ms"] + summary["adamw_ms"])
@@ -218,5 +218,5 @@ def test_summary_row_of_the_shrunk_step():
   for r in rows:
     assert r["tflops"] == pytest.approx(r["gflop"] / r["ms_each"])
   assert summary["model_tflop"] == pytest.approx(
-      acc.train_step_tflop(128, 2, acc.LOCAL, masking.default_max_predictions(128, acc.MLM_RATE)))
+      ps.train_step_tflop(128, 2, ps.LOCAL, masking.default_max_predictions(128, ps.MLM_RATE)))
   assert summary["dot_tflop"] == pytest.approx(summary["model_tflop"], rel=0.03)
