@@ -27,8 +27,10 @@ _MULTIHOST = flags.DEFINE_bool(
     "multihost", None, "Call jax.distributed.initialize() before anything else. Default: when "
     "JAX_COORDINATOR_ADDRESS, SLURM_NTASKS>1 or a TPU pod environment is detected.")
 _TRACEBACK = flags.DEFINE_bool(
-    "traceback", False, "Show the full traceback of checkpoint errors (damaged or mismatching "
-    "checkpoints), which otherwise print one line and exit with status 1.")
+    "traceback", False, "Show the full traceback of errors in what the run was given (damaged "
+    "or mismatching checkpoints, malformed documents, a missing dataset, a setting that cannot "
+    "work, an unreadable Hugging Face folder, a missing OCR engine), which otherwise print one "
+    "line and exit with status 1.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -42,11 +44,26 @@ def _want_distributed() -> bool:
   return bool(os.environ.get("TPU_WORKER_HOSTNAMES", "").count(","))
 
 
+def input_errors() -> tuple[type[Exception], ...]:
+  """Errors about what the run was given (files, folders, settings), not about flaxdoc: their
+  messages name the file, document and field, so the command prints one line for them."""
+  # pylint: disable=import-outside-toplevel
+  from flaxdoc.data.document import DocumentError
+  from flaxdoc.data.hf_tokenizer import HFTokenizerError
+  from flaxdoc.data.ocr.words import OcrUnavailableError
+  from flaxdoc.data.public_datasets import DatasetNotFoundError
+  from flaxdoc.models.hf_checkpoint import HFImportError
+  from flaxdoc.train.checkpoint_recovery import CheckpointError
+  from flaxdoc.train.setup import ConfigError
+  return (CheckpointError, ConfigError, DocumentError, DatasetNotFoundError, HFImportError,
+          HFTokenizerError, OcrUnavailableError)
+
+
 def main(argv):
-  from flaxdoc.train.checkpoint_recovery import CheckpointError  # pylint: disable=import-outside-toplevel
+  errors = input_errors()
   try:
     _main(argv)
-  except CheckpointError as e:
+  except errors as e:
     if _TRACEBACK.value:
       raise
     print(f"flaxdoc: error: {e}", file=sys.stderr)

@@ -9,6 +9,7 @@ its sizes applied (and logged) once per run.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 
@@ -28,13 +29,65 @@ from flaxdoc.train.input_pipeline import FeaturizedSplit, featurize_split
 log = logging.getLogger(__name__)
 
 
+class ConfigError(ValueError):
+  """A setting the run cannot work with; the message names the flag that sets it."""
+
+
 def dataset_labels(name: str, options=None) -> tuple[str, ...]:
+  """The entity labels of a dataset when `config.data.labels` is empty: the built-in set, or,
+  for `jsonl:PATH`, the `label_set`s of its train documents."""
   if name == "synthetic":
     from flaxdoc.data.synthetic import LABELS, LABELS_WITH_KEYS  # pylint: disable=import-outside-toplevel
     return tuple(LABELS_WITH_KEYS if (options or {}).get("link_keys") else LABELS)
   if name in datasets.LABELS:
     return datasets.LABELS[name]
-  raise ValueError(f"dataset {name!r} has no built-in label set: set config.data.labels")
+  if name.startswith("jsonl:"):
+    return jsonl_labels(name, options)
+  raise ConfigError(f"dataset {name!r} has no built-in label set: set config.data.labels")
+
+
+# The synthetic generator's options. `:local` configs set them (less data); when the dataset
+# is then switched by flag (`--config.data.dataset=jsonl:...`), they mean nothing to the file
+# readers and are left out, with a log line.
+SYNTHETIC_OPTIONS = ("num_train", "num_dev", "num_test", "link_keys")
+
+
+def reader_options(name: str, options=None) -> dict:
+  """`config.data.dataset_options` as the dataset's reader takes them."""
+  options = dict(options or {})
+  dropped = [k for k in SYNTHETIC_OPTIONS if k in options] if name != "synthetic" else []
+  if dropped:
+    log.info("dataset %s: config.data.dataset_options %s are the synthetic generator's: "
+             "not used", name, ", ".join(dropped))
+  return {k: v for k, v in options.items() if k not in dropped}
+
+
+def load_documents(name: str, split: str, data_dir=None, **options):
+  """`datasets.load_dataset` with a `ConfigError` for an option the reader does not take."""
+  try:
+    return datasets.load_dataset(name, split, data_dir=data_dir, **options)
+  except TypeError as e:
+    if "unexpected keyword argument" not in str(e):
+      raise
+    raise ConfigError(f"config.data.dataset_options: the reader of dataset {name!r} takes no "
+                      f"option {str(e).rsplit(' ', 1)[-1]}") from None
+
+
+def jsonl_labels(name: str, options=None) -> tuple[str, ...]:
+  """The `label_set`s of a `jsonl:` dataset's train documents (all of them, no dev carved)
+  merged in the order first seen: the tag ids follow this order, so the file fixes it."""
+  docs, _ = load_documents(name, "train", dev_fraction=0.0, **reader_options(name, options))
+  labels = {}
+  for doc in docs:
+    for label in doc.label_set or ():
+      labels.setdefault(label, None)
+  if not labels:
+    raise ConfigError(
+        f"dataset {name!r}: none of its {len(docs)} train documents has a label_set; set "
+        "config.data.labels (e.g. --config.data.labels=\"('total', 'date')\") or give the "
+        "documents a label_set")
+  log.info("%s: labels from the documents' label_set: %s", name, ", ".join(labels))
+  return tuple(labels)
 
 
 def mlm_max_predictions(config: ml_collections.ConfigDict) -> int | None:
@@ -71,6 +124,12 @@ class Experiment:
     else:
       labels = (tuple(d.labels) if d.get("labels") else
                 dataset_labels(d.dataset, d.get("dataset_options")))
+      if not d.get("labels") and d.dataset.startswith("jsonl:"):
+        # Read from the documents: kept in the run's config.json, so that eval, predict
+        # and export use the same tag ids without the training file.
+        config = copy.deepcopy(config)
+        config.data.labels = labels
+        d = config.data
     needs_graph = models.needs_graph(config.model)
     fc = FeatureConfig(max_len=int(d.max_len), stride=d.get("stride"), split=d.get("split", "window"),
                        scheme=d.get("scheme", "BIOES"),
@@ -94,11 +153,10 @@ class Experiment:
   # ------------------------------------------------------------------ data
   def documents(self, split: str) -> list[Document]:
     d = self.config.data
-    options = dict(d.get("dataset_options", {}) or {})
+    options = reader_options(d.dataset, d.get("dataset_options"))
     if d.get("dev_fraction") is not None:  # 0: no dev split carved (the papers' protocol)
       options.setdefault("dev_fraction", float(d.dev_fraction))
-    docs, report = datasets.load_dataset(d.dataset, split, data_dir=d.get("data_dir") or None,
-                                         **options)
+    docs, report = load_documents(d.dataset, split, d.get("data_dir") or None, **options)
     if jax.process_index() == 0:
       log.info("%s", report.summary())
     limit = d.get(f"max_{split}_docs")

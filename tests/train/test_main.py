@@ -231,3 +231,70 @@ def test_finetune_from_pretraining_checkpoint(tmp_path, caplog):
     trainer.train_and_evaluate(ft, str(tmp_path / "ft"))
   line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("init_from"))
   assert "tagging_head" in line and " 0 tensors loaded" not in line, line
+
+
+def _jsonl_dataset(path, label_sets, bad_line=False):
+  """One small document per label set (None: no label_set), each with one entity."""
+  lines = []
+  for i, labels in enumerate(label_sets):
+    doc = {"format": "flaxdoc.document/1", "id": f"doc-{i}", "words": ["Key", "9.00"],
+           "boxes": [[10, 10, 40, 20], [50, 10, 90, 20]], "page_sizes": [[100, 100]],
+           "entities": [{"label": (labels or ["total"])[0], "words": [1]}]}
+    if labels is not None:
+      doc["label_set"] = labels
+    lines.append(json.dumps(doc))
+  if bad_line:
+    lines.insert(1, '{"format": "flaxdoc.document/1", "id": ')
+  path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+  return f"jsonl:{path}"
+
+
+def test_jsonl_labels_come_from_the_documents_and_are_saved_with_the_run(tmp_path):
+  name = _jsonl_dataset(tmp_path / "docs.jsonl", [["total", "date"], None,
+                                                  ["date", "company"], ["total"]])
+  # Merged in the order first seen: the tag ids follow it.
+  assert setup.dataset_labels(name) == ("total", "date", "company")
+  config = tiny_config(**{"data.dataset": name, "data.dataset_options": {}})
+  env = setup.Experiment.create(config)
+  assert tuple(env.config.data.labels) == ("total", "date", "company")
+  assert env.feature_config.labels == ("total", "date", "company")
+  assert tuple(config.data.labels) == ()  # the caller's config is left as it was
+  trainer.save_config(env.config, str(tmp_path))
+  saved = json.loads((tmp_path / "config.json").read_text())
+  assert saved["data"]["labels"] == ["total", "date", "company"]
+  # Given labels win; no label_set anywhere is an error that names the flag.
+  given = tiny_config(**{"data.dataset": name, "data.dataset_options": {},
+                         "data.labels": ("date", "total", "company")})
+  assert setup.Experiment.create(given).feature_config.labels == ("date", "total", "company")
+  bare = _jsonl_dataset(tmp_path / "bare.jsonl", [None, None])
+  with pytest.raises(setup.ConfigError, match=r"none of its 2 train documents has a "
+                                              r"label_set; set config.data.labels"):
+    setup.dataset_labels(bare)
+
+
+def test_reader_options_leave_the_generators_out_and_name_an_unknown_one(tmp_path, caplog):
+  name = _jsonl_dataset(tmp_path / "docs.jsonl", [["total"]] * 3)
+  # What `:local` sets for the synthetic default, then the dataset switched by flag.
+  options = {"num_train": 2000, "num_dev": 60, "on_error": "skip"}
+  with caplog.at_level("INFO"):
+    assert setup.reader_options(name, options) == {"on_error": "skip"}
+  assert "num_train, num_dev are the synthetic generator's" in caplog.text
+  assert setup.reader_options("synthetic", options) == options
+  docs, _ = setup.load_documents(name, "train", dev_fraction=0.0,
+                                 **setup.reader_options(name, options))
+  assert len(docs) == 3
+  with pytest.raises(setup.ConfigError, match=r"config.data.dataset_options: the reader of "
+                                              r"dataset 'jsonl:.*' takes no option 'box_polcy'"):
+    setup.load_documents(name, "train", box_polcy="clip")
+
+
+def test_bad_input_is_one_line_naming_the_file(tmp_path):
+  name = _jsonl_dataset(tmp_path / "docs.jsonl", [["total"], ["total"]], bad_line=True)
+  cmd = [sys.executable, "-m", "flaxdoc.main", "--config=configs/formnet_a2.py:local",
+         f"--workdir={tmp_path / 'w'}", f"--config.data.dataset={name}"]
+  out = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"),
+                       capture_output=True, text=True, timeout=300)
+  assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+  errors = [l for l in out.stderr.splitlines() if l.startswith("flaxdoc: error:")]
+  assert len(errors) == 1 and f"{tmp_path / 'docs.jsonl'}:2" in errors[0], out.stderr[-3000:]
+  assert "invalid JSON" in errors[0]
