@@ -184,8 +184,11 @@ def load_dataset(name: str, split: str, data_dir=None, *, dev_fraction: float | 
     raise DatasetNotFoundError(f"{data_dir}: {len(ids)} training document(s) are too few to "
                                "carve a dev split from")
   docs, report = load(data_dir, "train", ids=dev_ids if split == "dev" else train_ids, **options)
+  if split == "dev":  # the reader titled it after the official split it read
+    report.source = f"{name}:dev (carved from {report.source})"
   report.stats["split"] = (f"{split}: {len(dev_ids if split == 'dev' else train_ids)} of "
-                           f"{len(ids)} official-train documents (dev carved with seed {seed})")
+                           f"{len(ids)} official-train documents "
+                           + (f"(dev carved with seed {seed})" if n_dev else "(no dev carved)"))
   return docs, report
 
 
@@ -239,6 +242,8 @@ def _carve_loaded(spec, docs, report, split, dev_fraction, seed):
                                "a dev split from")
   out = [d for d in docs if d.id in keep]
   report.loaded = len(out)
-  report.stats["split"] = (f"{split}: {len(out)} of {len(ids)} train documents (dev carved "
-                           f"with seed {seed})")
+  if split == "dev":
+    report.source = f"jsonl:{spec}:dev (carved from {report.source})"
+  report.stats["split"] = (f"{split}: {len(out)} of {len(ids)} train documents "
+                           + (f"(dev carved with seed {seed})" if n_dev else "(no dev carved)"))
   return out, report

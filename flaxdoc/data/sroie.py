@@ -38,6 +38,7 @@ What becomes of it:
 
 from __future__ import annotations
 
+import codecs
 import collections
 import difflib
 import os
@@ -84,7 +85,13 @@ def list_sroie_ids(data_dir, split: str) -> list[str]:
 
 
 def decode_text(raw: bytes) -> tuple[str, str]:
-  """`(text, encoding)`: UTF-8 first (BOM stripped), then cp1252, then latin-1."""
+  """`(text, encoding)`: UTF-16 where a byte-order mark says so (what Windows Notepad
+  saves as "Unicode"), else UTF-8 first (BOM stripped), then cp1252, then latin-1."""
+  if raw[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
+    try:
+      return raw.decode("utf-16"), "utf-16"
+    except UnicodeDecodeError:
+      pass  # an odd byte count or a lone surrogate: not UTF-16 after all
   for enc in ENCODINGS:
     try:
       text = raw.decode("utf-8-sig" if enc == "utf-8" else enc)

@@ -163,6 +163,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   args = parser.parse_args(argv)
 
   if args.command == "train":
+    missing = [name for name in args.input if not os.path.isfile(name)]
+    if missing:
+      parser.error(f"--input: no such file: {', '.join(missing)}")
+
     def lines():
       for name in args.input:
         with open(name, encoding="utf-8") as f:

@@ -6,6 +6,7 @@ skipped when the folder is absent; the SROIE encoding / newline tests build
 their own receipts.
 """
 
+import codecs
 import collections
 import difflib
 import json
@@ -19,7 +20,7 @@ from flaxdoc.data.cord import load_cord
 from flaxdoc.data.datasets import (LABELS, DatasetNotFoundError, available_splits, carve_dev,
                                    load_dataset)
 from flaxdoc.data.funsd import load_funsd
-from flaxdoc.data.sroie import load_sroie
+from flaxdoc.data.sroie import decode_text, load_sroie
 from flaxdoc.tags import consecutive_runs, entities_to_tags, tags_to_spans
 
 # README numbers (training splits).
@@ -123,12 +124,17 @@ def test_funsd_other_can_stay_untagged(datasets_dir):
 
 def test_funsd_dev_carve(datasets_dir, funsd):
   root = datasets_dir / "funsd"
-  dev, _ = load_dataset("funsd", "dev", root)
+  dev, dev_report = load_dataset("funsd", "dev", root)
   train, report = load_dataset("funsd", "train", root)
   dev_ids, train_ids = {d.id for d in dev}, {d.id for d in train}
   assert len(dev_ids) == 20 and len(train_ids) == 129 and not dev_ids & train_ids
   assert dev_ids | train_ids == {d.id for d in funsd[0]}
   assert "dev carved with seed 0" in report.stats["split"]
+  # Each report is titled with the split it holds.
+  assert dev_report.summary().startswith("funsd:dev (carved from funsd:train (")
+  assert report.summary().startswith("funsd:train (")
+  whole = load_dataset("funsd", "train", root, dev_fraction=0.0)[1]
+  assert whole.loaded == 149 and "(no dev carved)" in whole.stats["split"]
   # Deterministic, and the seed matters.
   assert {d.id for d in load_dataset("funsd", "dev", root)[0]} == dev_ids
   assert {d.id for d in load_dataset("funsd", "dev", root, seed=1)[0]} != dev_ids
@@ -295,8 +301,7 @@ def test_sroie_tags_round_trip_and_dev_carve(sroie, datasets_dir):
 def _write_sroie(root, doc_id, lines, keys, *, newline="\n", encoding="utf-8"):
   (root / "train/box").mkdir(parents=True, exist_ok=True)
   (root / "train/entities").mkdir(parents=True, exist_ok=True)
-  (root / f"train/box/{doc_id}.txt").write_bytes(newline.join(lines).encode(encoding) +
-                                                 newline.encode())
+  (root / f"train/box/{doc_id}.txt").write_bytes((newline.join(lines) + newline).encode(encoding))
   (root / f"train/entities/{doc_id}.txt").write_bytes(
       json.dumps(keys, ensure_ascii=False, indent=4).replace("\n", newline).encode(encoding))
 
@@ -311,7 +316,8 @@ _KEYS = {"company": "CAF\u00c9 M\u00dcLLER SDN BHD", "date": "25/12/2018",
 
 @pytest.mark.parametrize("newline, encoding", [("\n", "utf-8"), ("\r\n", "utf-8"),
                                                ("\r", "utf-8"), ("\r\n", "cp1252"),
-                                               ("\n", "utf-8-sig")])
+                                               ("\n", "utf-8-sig"),
+                                               ("\r\n", "utf-16")])  # Notepad's "Unicode"
 def test_sroie_newlines_and_encodings(tmp_path, newline, encoding):
   _write_sroie(tmp_path, "X1", _LINES, _KEYS, newline=newline, encoding=encoding)
   docs, report = load_sroie(tmp_path, "train")
@@ -321,8 +327,19 @@ def test_sroie_newlines_and_encodings(tmp_path, newline, encoding):
       "company": "CAF\u00c9 M\u00dcLLER SDN BHD", "date": "25/12/2018",
       "address": "NO.53 JALAN SAGU 18, TAMAN DAYA", "total": "9.00"}
   fallbacks = [r for r in report.repairs if "decoded as" in r[1]]
-  assert len(fallbacks) == (2 if encoding == "cp1252" else 0)
-  assert all(r[1] == "decoded as cp1252 (not UTF-8)" for r in fallbacks)
+  assert len(fallbacks) == (2 if encoding in ("cp1252", "utf-16") else 0)
+  assert all(r[1] == f"decoded as {encoding} (not UTF-8)" for r in fallbacks)
+
+
+def test_sroie_decodes_utf16_by_its_byte_order_mark_only():
+  text = "1,2,3,4,5,6,7,8,CAF\u00c9\r\n"
+  for raw in (codecs.BOM_UTF16_LE + text.encode("utf-16-le"),
+              codecs.BOM_UTF16_BE + text.encode("utf-16-be")):
+    assert decode_text(raw) == (text, "utf-16")
+  # Bytes that start like a mark but are not UTF-16 (an odd length) fall through to the
+  # 8-bit encodings; without a mark, UTF-16 is never guessed.
+  assert decode_text(codecs.BOM_UTF16_LE + b"abc")[1] == "cp1252"
+  assert decode_text("\u00ff\u00fe".encode("utf-8"))[1] == "utf-8"
 
 
 def test_readers_are_fast(funsd, cord, sroie):

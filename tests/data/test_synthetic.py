@@ -486,6 +486,13 @@ def test_cli_prints_statistics():
   assert stats["docs"] == 6 and sum(stats["entities"].values()) > 0
 
 
+@pytest.mark.parametrize("flag", ["--num", "--start"])
+def test_cli_rejects_negative_counts(flag, capsys):
+  with pytest.raises(SystemExit) as info:
+    cli_main([flag, "-5"])
+  assert info.value.code == 2 and "must be >= 0" in capsys.readouterr().err
+
+
 def test_speed_sanity():
   start = time.process_time()
   generate(50, seed=12)

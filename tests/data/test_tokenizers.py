@@ -254,6 +254,14 @@ def test_cli_train_and_encode(tmp_path):
   assert r.returncode == 0 and "'Invoice'" in r.stdout, r.stderr
 
 
+def test_cli_train_names_a_missing_input_file(tmp_path, capsys):
+  with pytest.raises(SystemExit) as info:
+    tk.main(["train", "--input", str(tmp_path / "nofile.txt"), "--out", str(tmp_path / "m")])
+  assert info.value.code == 2
+  assert f"--input: no such file: {tmp_path / 'nofile.txt'}" in capsys.readouterr().err
+  assert not list(tmp_path.iterdir())  # nothing written
+
+
 _DEFAULT_SCRIPT = textwrap.dedent("""
     import sys
     from flaxdoc.data import synthetic, tokenizers as tk

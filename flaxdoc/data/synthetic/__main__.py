@@ -106,6 +106,8 @@ def main(argv=None) -> int:
                  help="instead of statistics, write the documents as PDFs with a text layer "
                  "(DIR/<id>.pdf, needs matplotlib; about half a second each) and print their paths")
   args = p.parse_args(argv)
+  if args.num < 0 or args.start < 0:
+    p.error(f"--num and --start must be >= 0, got {args.num} and {args.start}")
   try:
     config = SyntheticConfig(
         kinds=tuple(k.strip() for k in args.kinds.split(",") if k.strip()),
