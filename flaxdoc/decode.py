@@ -512,18 +512,22 @@ def _make_entity(doc: Document, label: str, words: tuple[int, ...],
                          page=page, score=score)
 
 
-def word_tags_from_entities(doc: Document, entities, scheme: str = "BIOES") -> list[str]:
+def word_tags_from_entities(doc: Document, entities, scheme: str = "BIOES",
+                            labels=None) -> list[str]:
   """One tag per word from entities (`Entity`, `PredictedEntity`, anything with
   `.label` and `.words`).
 
   An entity whose words are not consecutive is tagged as its maximal runs of
-  consecutive words (see `flaxdoc.tags.entities_to_tags`).
+  consecutive words (see `flaxdoc.tags.entities_to_tags`). `labels`: the labels the
+  entities may have (default `doc.label_set`, when the document has one); a model's
+  predictions pass the model's labels, whatever the document's own set says.
 
   Raises:
     DocumentError: a word index out of range, a word in two entities, an empty
-      entity, or a label outside `doc.label_set` (when the document has one).
+      entity, or a label outside `labels`.
   """
   scheme = tagging.check_scheme(scheme)
+  labels = doc.label_set if labels is None else tuple(labels)
   n = len(doc)
   owner: dict[int, int] = {}
   for k, e in enumerate(entities or ()):
@@ -531,9 +535,9 @@ def word_tags_from_entities(doc: Document, entities, scheme: str = "BIOES") -> l
     if not isinstance(label, str) or not label or words is None:
       raise DocumentError(f"entity {k} ({e!r}) needs a non-empty .label and .words",
                           doc_id=doc.id, field="entities")
-    if doc.label_set is not None and label not in doc.label_set:
+    if labels is not None and label not in labels:
       raise DocumentError(f"entity {k} has unknown label {label!r} "
-                          f"(known: {list(doc.label_set)})", doc_id=doc.id, field="entities")
+                          f"(known: {list(labels)})", doc_id=doc.id, field="entities")
     if not len(words):
       raise DocumentError(f"entity {k} ({label}) has no words", doc_id=doc.id, field="entities")
     for i in words:

@@ -419,6 +419,11 @@ def test_entities_from_word_tags_errors_and_lenient():
     decode.word_tags_from_entities(doc, [Entity("x", (0, 1)), Entity("x", (1, 2))], "BIOES")
   with pytest.raises(DocumentError, match="unknown label"):
     decode.word_tags_from_entities(doc, [Entity("y", (0,))], "BIOES")
+  # A model's predictions are checked against the model's labels, not the document's set.
+  assert decode.word_tags_from_entities(doc, [Entity("y", (0,))], "BIOES",
+                                        labels=("x", "y")) == ["S-y", "O", "O"]
+  with pytest.raises(DocumentError, match=r"unknown label 'x' \(known: \['y'\]\)"):
+    decode.word_tags_from_entities(doc, [Entity("x", (0,))], "BIOES", labels=("y",))
   with pytest.raises(DocumentError, match="refers to word 5"):
     decode.word_tags_from_entities(doc, [Entity("x", (5,))], "BIOES")
 

@@ -75,6 +75,13 @@ def make_manager(workdir: str, *, keep: int = 2, keep_best: bool = True,
   return manager
 
 
+def has_checkpoint(workdir: str) -> bool:
+  """Whether `WORKDIR/checkpoints` holds a step folder (read only: creates nothing)."""
+  from etils import epath  # pylint: disable=import-outside-toplevel
+  directory = epath.Path(checkpoint_dir(workdir))
+  return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
+
+
 def is_remote(path: str) -> bool:
   """gs://, s3://, ... paths (handled by Orbax/TensorStore, never by os.path)."""
   return "://" in str(path)

@@ -46,7 +46,8 @@ def predict_split(split: FeaturizedSplit, predict_fn: PredictFn, config: Feature
     idx = np.flatnonzero(split.window_doc == d)
     word_scores = stitch(doc, [split.windows[i] for i in idx], [per_window[i] for i in idx])
     entities = decode.decode_document(doc, word_scores, tag_names, config.scheme)
-    word_tags = decode.word_tags_from_entities(doc, entities, config.scheme)
+    # The model's labels, not the document's label_set (an input's own set may lack some).
+    word_tags = decode.word_tags_from_entities(doc, entities, config.scheme, config.labels)
     out.append(DocumentPrediction(doc.id, entities, word_tags))
   return out
 

@@ -62,6 +62,32 @@ def hf_folder(init_from: str | None) -> str | None:
   return None
 
 
+def with_the_runs_init_from(config: ml_collections.ConfigDict,
+                            workdir: str) -> ml_collections.ConfigDict:
+  """`config` with the `init_from=hf:DIR` the run in `workdir` started from, where `config`
+  names no `init_from` (a copy; `config` itself otherwise).
+
+  That run's model has the Hugging Face checkpoint's sizes and tokenizer (`resolve_config`),
+  which `WORKDIR/config.json` records: eval, predict and resume of the workdir rebuild the
+  same model without the flag repeated. Callers pass a workdir with a checkpoint.
+  """
+  if config.get("init_from"):
+    return config
+  from etils import epath  # pylint: disable=import-outside-toplevel
+  path = epath.Path(workdir) / "config.json"
+  try:
+    saved = json.loads(path.read_text()).get("init_from") or ""
+  except (OSError, ValueError, AttributeError):
+    return config  # no (readable) record: the config as given
+  if hf_folder(saved) is None:
+    return config
+  out = copy.deepcopy(config)
+  out.init_from = saved
+  if jax.process_index() == 0:
+    log.info("init_from=%s, as %s records (the run started from it)", saved, path)
+  return out
+
+
 @functools.lru_cache(maxsize=8)
 def read_hf_config(folder: str) -> dict:
   """The checkpoint's `config.json`, read once per process (errors name the flag and folder)."""

@@ -26,6 +26,7 @@ from flaxdoc.train import checkpoint as ckpt_lib
 from flaxdoc.train import evaluate as eval_lib
 from flaxdoc.train import hf_init, linking, optimizer, setup
 from flaxdoc.train import sharding as sharding_lib
+from flaxdoc.train.checkpoint_recovery import CheckpointError
 from flaxdoc.train import state as state_lib
 from flaxdoc.train.input_pipeline import featurize_split
 
@@ -34,9 +35,12 @@ log = logging.getLogger(__name__)
 
 def restore_for_inference(config: ml_collections.ConfigDict, workdir: str):
   """(experiment, params, predict_fn) from the latest checkpoint in `workdir`."""
+  if not ckpt_lib.has_checkpoint(workdir):  # checked before the manager creates the folder
+    raise CheckpointError(f"no checkpoint in {ckpt_lib.checkpoint_dir(workdir)}: train first "
+                          f"(python -m flaxdoc.main --config=... --workdir={workdir})")
   mesh = sharding_lib.make_mesh(dict(config.mesh.shape))
   rules = sharding_lib.rules_from_config(config.mesh.get("rules"))
-  env = setup.Experiment.create(config)
+  env = setup.Experiment.create(hf_init.with_the_runs_init_from(config, workdir))
   config = env.config  # init_from=hf:DIR resolved once, by the experiment
   oc = ml_collections.ConfigDict(config.optim.to_dict())
   oc.total_steps = config.total_steps
@@ -47,9 +51,6 @@ def restore_for_inference(config: ml_collections.ConfigDict, workdir: str):
   abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                           nn.unbox(boxed), shardings)
   manager = ckpt_lib.make_manager(workdir, async_save=False)
-  if manager.latest_step() is None:
-    raise FileNotFoundError(f"no checkpoint in {workdir}/checkpoints: train first "
-                            f"(python -m flaxdoc.main --config=... --workdir={workdir})")
   state, _, meta = ckpt_lib.restore(manager, abstract)
   manager.close()
   log.info("restored step %d from %s", meta.get("step", -1), workdir)
@@ -96,21 +97,23 @@ def _input_documents(config, env):
                                   dpi=config.predict.get("ocr_dpi", 300.0))
     print(report.summary())  # per file: what was skipped and why
     if not docs:
-      raise ValueError(f"config.predict.input={source!r}: no readable PDF or image (see the "
-                       "report above)")
+      raise setup.ConfigError(f"config.predict.input={source!r}: no readable PDF or image "
+                              "(see the report above)")
     return docs
   if all(p.lower().endswith(".pdf") for p in paths):
     from flaxdoc.data import pdf  # pylint: disable=import-outside-toplevel
     docs, report = pdf.read_pdfs(paths)  # unreadable files are skipped and reported
     print(report.summary())
     if not docs:
-      raise ValueError(f"config.predict.input={source!r}: no readable PDF (see the report above)")
+      raise setup.ConfigError(f"config.predict.input={source!r}: no readable PDF (see the report "
+                              "above)")
     return docs
-  raise ValueError(f"config.predict.input={source!r}: expected a .jsonl file, PDF file(s), or empty "
-                   "for the dataset's eval split")
+  raise setup.ConfigError(f"config.predict.input={source!r}: expected a .jsonl file, PDF "
+                          "file(s), or empty for the dataset's eval split")
 
 
 def run_predict(config: ml_collections.ConfigDict, workdir: str) -> str:
+  setup.check_ocr_engine("config.predict.ocr", config.predict.get("ocr"))  # before the restore
   env, params, predict_fn = restore_for_inference(config, workdir)
   docs = _input_documents(config, env)
   feats = featurize_split(docs, env.tokenizer, env.feature_config, progress=True)

@@ -52,9 +52,18 @@ def dataset_labels(name: str, options=None) -> tuple[str, ...]:
 SYNTHETIC_OPTIONS = ("num_train", "num_dev", "num_test", "link_keys")
 
 
+def check_ocr_engine(flag: str, engine) -> None:
+  """A `ConfigError` naming `flag` for an OCR engine flaxdoc does not have ("" or None: none)."""
+  from flaxdoc.data.ocr.engine import ENGINES  # pylint: disable=import-outside-toplevel
+  if engine and engine not in ENGINES:
+    raise ConfigError(f"{flag}={engine!r}: unknown OCR engine; expected one of {ENGINES}, or '' "
+                      "for none")
+
+
 def reader_options(name: str, options=None) -> dict:
   """`config.data.dataset_options` as the dataset's reader takes them."""
   options = dict(options or {})
+  check_ocr_engine("config.data.dataset_options.ocr", options.get("ocr"))
   dropped = [k for k in SYNTHETIC_OPTIONS if k in options] if name != "synthetic" else []
   if dropped:
     log.info("dataset %s: config.data.dataset_options %s are the synthetic generator's: "

@@ -68,11 +68,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   if not ckpt_lib.is_remote(workdir):
     os.makedirs(workdir, exist_ok=True)
   # The experiment resolves init_from=hf:DIR (sizes + tokenizer) once; the written
-  # config.json and everything below use that resolved config.
+  # config.json and everything below use that resolved config. A resumed run started from
+  # hf:DIR starts from it again without the flag repeated (its config.json records it).
+  if ckpt_lib.has_checkpoint(workdir):
+    config = hf_init.with_the_runs_init_from(config, workdir)
   env = setup.Experiment.create(config)
   config = env.config
-  if jax.process_index() == 0:
-    save_config(config, workdir)
   mesh = sharding_lib.make_mesh(dict(config.mesh.shape))
   rules = sharding_lib.rules_from_config(config.mesh.get("rules"))
   log.info("mesh %s over %d devices (%d processes)", dict(mesh.shape), jax.device_count(),
@@ -107,6 +108,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   elif config.get("init_from"):
     state = state.replace(params=env.load_pretrained(config.init_from, state.params,
                                                      abstract_state.params, workdir=workdir))
+  if jax.process_index() == 0:
+    # Written once the state fits the config: a resume with another config fails above
+    # and leaves the run's record (which eval, predict and export read) as it was.
+    save_config(config, workdir)
 
   shard_index, shard_count = sharding_lib.process_batch_shard(mesh, config.batch_size)
   train_iter = iter(input_pipeline.train_dataset(

@@ -287,6 +287,24 @@ def test_pretrained_options_need_an_hf_start():
     hf_init.pretrained_mask(config)
 
 
+def test_eval_predict_and_resume_take_the_runs_hf_start(tmp_path, caplog):
+  config = tiny_config()
+  assert hf_init.with_the_runs_init_from(config, str(tmp_path)) is config  # no record
+  (tmp_path / "config.json").write_text(json.dumps({"init_from": "hf:/models/minilm"}))
+  with caplog.at_level("INFO"):
+    taken = hf_init.with_the_runs_init_from(config, str(tmp_path))
+  assert taken.init_from == "hf:/models/minilm" and not config.init_from
+  assert f"as {tmp_path / 'config.json'} records" in caplog.text
+  # What the command names wins; a run that started from a flaxdoc run or from nothing
+  # gives nothing to take; an unreadable record is ignored.
+  named = tiny_config(init_from="hf:/other")
+  assert hf_init.with_the_runs_init_from(named, str(tmp_path)).init_from == "hf:/other"
+  for record in ('{"init_from": "/tmp/pretrain_run"}', '{"init_from": ""}', "{not json",
+                 "[1, 2]"):
+    (tmp_path / "config.json").write_text(record)
+    assert hf_init.with_the_runs_init_from(config, str(tmp_path)) is config, record
+
+
 def test_dev_fraction_zero_carves_no_dev_split(tmp_path):
   assert datasets.dev_size("funsd", 149, 0.0) == 0
   assert datasets.dev_size("funsd", 149) == 20

@@ -298,3 +298,36 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path):
   errors = [l for l in out.stderr.splitlines() if l.startswith("flaxdoc: error:")]
   assert len(errors) == 1 and f"{tmp_path / 'docs.jsonl'}:2" in errors[0], out.stderr[-3000:]
   assert "invalid JSON" in errors[0]
+
+
+def test_eval_or_predict_without_a_checkpoint_is_a_checkpoint_error_and_creates_nothing(tmp_path):
+  from flaxdoc.train.checkpoint_recovery import CheckpointError
+  workdir = tmp_path / "typo"
+  for mode in ("eval", "predict"):
+    with pytest.raises(CheckpointError, match=r"no checkpoint in .*typo/checkpoints: train first"):
+      inference.restore_for_inference(tiny_config(mode=mode), str(workdir))
+  assert not workdir.exists()
+
+
+def test_a_resume_that_does_not_fit_leaves_the_runs_config_json(trained, tmp_path):
+  import shutil
+  from flaxdoc.train.checkpoint_recovery import CheckpointMismatchError
+  workdir, _ = trained
+  copy = tmp_path / "run"
+  shutil.copytree(workdir, copy)
+  before = (copy / "config.json").read_text()
+  with pytest.raises(CheckpointMismatchError):
+    trainer.train_and_evaluate(tiny_config(**{"model.width": 48, "total_steps": 9}), str(copy))
+  assert (copy / "config.json").read_text() == before
+
+
+def test_an_unknown_ocr_engine_is_named_before_any_work(tmp_path):
+  config = tiny_config(mode="predict")
+  config.predict.ocr = "easyocr"
+  config.predict.input = str(tmp_path / "scan.pdf")
+  # Checked before the restore (the workdir has no checkpoint: that error would come next).
+  with pytest.raises(setup.ConfigError, match=r"config.predict.ocr='easyocr': unknown OCR engine"):
+    inference.run_predict(config, str(tmp_path / "w"))
+  with pytest.raises(setup.ConfigError, match=r"dataset_options.ocr='easyocr'"):
+    setup.reader_options("funsd", {"ocr": "easyocr"})
+  assert setup.reader_options("funsd", {"ocr": ""}) == {"ocr": ""}
