@@ -184,12 +184,18 @@ def load_dataset(name: str, split: str, data_dir=None, *, dev_fraction: float | 
     raise DatasetNotFoundError(f"{data_dir}: {len(ids)} training document(s) are too few to "
                                "carve a dev split from")
   docs, report = load(data_dir, "train", ids=dev_ids if split == "dev" else train_ids, **options)
-  if split == "dev":  # the reader titled it after the official split it read
-    report.source = f"{name}:dev (carved from {report.source})"
-  report.stats["split"] = (f"{split}: {len(dev_ids if split == 'dev' else train_ids)} of "
-                           f"{len(ids)} official-train documents "
-                           + (f"(dev carved with seed {seed})" if n_dev else "(no dev carved)"))
+  _note_carve(report, name, split, len(dev_ids if split == "dev" else train_ids), len(ids),
+              "official-train", n_dev, seed)
   return docs, report
+
+
+def _note_carve(report: LoadReport, name: str, split: str, kept: int, total: int, what: str,
+                n_dev: int, seed: int) -> None:
+  """Says in `report` which part of the train documents a split holds."""
+  if split == "dev":  # the reader titled the report after the official split it read
+    report.source = f"{name}:dev (carved from {report.source})"
+  report.stats["split"] = (f"{split}: {kept} of {total} {what} documents "
+                           + (f"(dev carved with seed {seed})" if n_dev else "(no dev carved)"))
 
 
 def _jsonl_split_file(spec: str, split: str) -> Path | None:
@@ -242,8 +248,5 @@ def _carve_loaded(spec, docs, report, split, dev_fraction, seed):
                                "a dev split from")
   out = [d for d in docs if d.id in keep]
   report.loaded = len(out)
-  if split == "dev":
-    report.source = f"jsonl:{spec}:dev (carved from {report.source})"
-  report.stats["split"] = (f"{split}: {len(out)} of {len(ids)} train documents "
-                           + (f"(dev carved with seed {seed})" if n_dev else "(no dev carved)"))
+  _note_carve(report, f"jsonl:{spec}", split, len(out), len(ids), "train", n_dev, seed)
   return out, report

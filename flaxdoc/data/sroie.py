@@ -7,8 +7,9 @@ Expected layout (the usual "SROIE2019" layout; images are not needed)::
   <data_dir>/test/box/<ID>.txt
   <data_dir>/test/entities/<ID>.txt    (optional: without it, documents are unlabelled)
 
-Files are decoded as UTF-8 (a BOM is tolerated) and, failing that, as cp1252 and
-then latin-1; every fallback is recorded in the report. Lines are split with
+Files are decoded as UTF-16 where a byte-order mark says so, else as UTF-8 (a BOM is
+tolerated) and, failing that, as cp1252 and then latin-1; every fallback is recorded in
+the report. Lines are split with
 universal newlines (`\\n`, `\\r\\n` and `\\r`).
 
 What becomes of it:

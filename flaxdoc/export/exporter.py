@@ -7,7 +7,8 @@
 inputs: the model spec (all `EncoderSpec` fields), `vocab_size`, `num_tags`,
 `max_len`, the feature config (scheme, labels, graph options), the tag names in id
 order, the tokenizer spec, the training config (when known) and the format version.
-The trainer writes `WORKDIR/config.json` at train start; `--config` overrides it.
+The trainer writes `WORKDIR/config.json` once a run's state is set up (after a resume's
+restore); `--config` overrides it.
 """
 
 from __future__ import annotations

@@ -165,7 +165,7 @@ def restore(manager: ocp.CheckpointManager, abstract_state: Any, step: int | Non
   if step is None:
     steps = manager.all_steps()
     if not steps:
-      raise FileNotFoundError(f"no checkpoint in {directory}")
+      raise recovery.CheckpointError(f"no finished checkpoint step in {directory}")
     _, restored = recovery.newest_good(
         directory, steps, lambda s: _restore_step(manager, abstract_state, s),
         fits=lambda s: recovery.check_fits(recovery.step_dir(directory, s), abstract_state),
@@ -206,7 +206,7 @@ def restore_params_only(directory: str, abstract_params: Any, step: int | None =
     if step is not None:
       return read(step)
     if not mngr.all_steps():
-      raise FileNotFoundError(f"no checkpoint in {directory}")
+      raise recovery.CheckpointError(f"no finished checkpoint step in {directory}")
     path = str(mngr.directory)
     return recovery.newest_good(
         path, mngr.all_steps(), read,

@@ -13,8 +13,9 @@ Three things happen, so that no other flag is needed:
    smaller of the variant's and the checkpoint's ("the checkpoint's depth wins when
    smaller"); FormNet's GCN depth follows it. `data.tokenizer` becomes `hf:DIR`
    unless set. Every change is logged, and the written `WORKDIR/config.json` holds
-   the resolved sizes and tokenizer, so eval / predict / export / resume need only
-   the workdir.
+   `init_from` and the resolved sizes and tokenizer: export reads it, and eval /
+   predict / resume take the run's `init_from` from it when the command names none
+   (`flaxdoc.train.setup.with_the_runs_record`).
 2. `import_params` (after initialisation, not on resume): the checkpoint's tensors
    replace the fresh ones through `flaxdoc.models.hf_checkpoint`, for every family: the
    dense encoders (LAGaBi, DocPolarBERT, LayoutLM and its LSPE / squircle / cross
@@ -60,32 +61,6 @@ def hf_folder(init_from: str | None) -> str | None:
       raise ValueError("config.init_from='hf:' names no folder; expected hf:DIR")
     return os.path.expanduser(folder)
   return None
-
-
-def with_the_runs_init_from(config: ml_collections.ConfigDict,
-                            workdir: str) -> ml_collections.ConfigDict:
-  """`config` with the `init_from=hf:DIR` the run in `workdir` started from, where `config`
-  names no `init_from` (a copy; `config` itself otherwise).
-
-  That run's model has the Hugging Face checkpoint's sizes and tokenizer (`resolve_config`),
-  which `WORKDIR/config.json` records: eval, predict and resume of the workdir rebuild the
-  same model without the flag repeated. Callers pass a workdir with a checkpoint.
-  """
-  if config.get("init_from"):
-    return config
-  from etils import epath  # pylint: disable=import-outside-toplevel
-  path = epath.Path(workdir) / "config.json"
-  try:
-    saved = json.loads(path.read_text()).get("init_from") or ""
-  except (OSError, ValueError, AttributeError):
-    return config  # no (readable) record: the config as given
-  if hf_folder(saved) is None:
-    return config
-  out = copy.deepcopy(config)
-  out.init_from = saved
-  if jax.process_index() == 0:
-    log.info("init_from=%s, as %s records (the run started from it)", saved, path)
-  return out
 
 
 @functools.lru_cache(maxsize=8)

@@ -40,7 +40,7 @@ def restore_for_inference(config: ml_collections.ConfigDict, workdir: str):
                           f"(python -m flaxdoc.main --config=... --workdir={workdir})")
   mesh = sharding_lib.make_mesh(dict(config.mesh.shape))
   rules = sharding_lib.rules_from_config(config.mesh.get("rules"))
-  env = setup.Experiment.create(hf_init.with_the_runs_init_from(config, workdir))
+  env = setup.Experiment.create(setup.with_the_runs_record(config, workdir))
   config = env.config  # init_from=hf:DIR resolved once, by the experiment
   oc = ml_collections.ConfigDict(config.optim.to_dict())
   oc.total_steps = config.total_steps

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import logging
 
 import jax
@@ -46,10 +47,12 @@ def dataset_labels(name: str, options=None) -> tuple[str, ...]:
   raise ConfigError(f"dataset {name!r} has no built-in label set: set config.data.labels")
 
 
-# The synthetic generator's options. `:local` configs set them (less data); when the dataset
-# is then switched by flag (`--config.data.dataset=jsonl:...`), they mean nothing to the file
-# readers and are left out, with a log line.
-SYNTHETIC_OPTIONS = ("num_train", "num_dev", "num_test", "link_keys")
+# Options a config argument sets for one dataset: `:local` sets the synthetic generator's
+# (less data), `:dataset=funsd` FUNSD's OCR switches (off). When the dataset is then switched
+# by flag (`--config.data.dataset=jsonl:...`), they mean nothing to its reader and are left
+# out, with a log line (FUNSD's only while off: one set on is the user's, and an error).
+CONFIG_ARGUMENT_OPTIONS = {"synthetic": ("num_train", "num_dev", "num_test", "link_keys"),
+                           "funsd": ("ocr", "ocr_cache_dir")}
 
 
 def check_ocr_engine(flag: str, engine) -> None:
@@ -64,10 +67,11 @@ def reader_options(name: str, options=None) -> dict:
   """`config.data.dataset_options` as the dataset's reader takes them."""
   options = dict(options or {})
   check_ocr_engine("config.data.dataset_options.ocr", options.get("ocr"))
-  dropped = [k for k in SYNTHETIC_OPTIONS if k in options] if name != "synthetic" else []
+  dropped = [k for owner, keys in CONFIG_ARGUMENT_OPTIONS.items() if owner != name
+             for k in keys if k in options and (owner == "synthetic" or not options[k])]
   if dropped:
-    log.info("dataset %s: config.data.dataset_options %s are the synthetic generator's: "
-             "not used", name, ", ".join(dropped))
+    log.info("dataset %s: config.data.dataset_options %s are another dataset's: not used",
+             name, ", ".join(dropped))
   return {k: v for k, v in options.items() if k not in dropped}
 
 
@@ -76,16 +80,19 @@ def load_documents(name: str, split: str, data_dir=None, **options):
   try:
     return datasets.load_dataset(name, split, data_dir=data_dir, **options)
   except TypeError as e:
-    if "unexpected keyword argument" not in str(e):
-      raise
+    unknown = str(e).rsplit(" ", 1)[-1].strip("'")
+    if "unexpected keyword argument" not in str(e) or unknown not in options:
+      raise  # not about the options: a bug, with its traceback
     raise ConfigError(f"config.data.dataset_options: the reader of dataset {name!r} takes no "
-                      f"option {str(e).rsplit(' ', 1)[-1]}") from None
+                      f"option {unknown!r}") from None
 
 
 def jsonl_labels(name: str, options=None) -> tuple[str, ...]:
   """The `label_set`s of a `jsonl:` dataset's train documents (all of them, no dev carved)
   merged in the order first seen: the tag ids follow this order, so the file fixes it."""
-  docs, _ = load_documents(name, "train", dev_fraction=0.0, **reader_options(name, options))
+  options = reader_options(name, options)
+  options["dev_fraction"] = 0.0  # every train document, whatever the run carves
+  docs, _ = load_documents(name, "train", **options)
   labels = {}
   for doc in docs:
     for label in doc.label_set or ():
@@ -110,6 +117,59 @@ def mlm_max_predictions(config: ml_collections.ConfigDict) -> int | None:
     raise ValueError(f"config.data.mlm_max_predictions must be None, 0 (no cap) or a positive "
                      f"integer, got {value!r}")
   return None if int(value) == 0 else min(int(value), int(d.max_len))
+
+
+def with_the_runs_record(config: ml_collections.ConfigDict,
+                        workdir: str) -> ml_collections.ConfigDict:
+  """`config` completed from `WORKDIR/config.json`, the record of the run whose checkpoint
+  eval, predict or a resume restores (a copy; `config` itself when nothing is taken):
+
+  * where the command names no `init_from` and the run started from `hf:DIR`: that
+    `init_from` (the model gets the checkpoint's sizes and tokenizer again) and the recipe
+    options that shape its optimiser state (`optim.pretrained_lr_scale`,
+    `optim.freeze_pretrained_steps`);
+  * where the command names no `data.labels` and the record has some (a `jsonl:` run's,
+    read from its documents): those, so the tag ids stay the model's.
+
+  Callers pass a workdir with a checkpoint. A missing record takes nothing; an unreadable
+  one takes nothing with a warning naming it.
+  """
+  from etils import epath  # pylint: disable=import-outside-toplevel
+  path = epath.Path(workdir) / "config.json"
+  if not path.exists():
+    return config
+  try:
+    record = json.loads(path.read_text())
+    if not isinstance(record, dict):
+      raise ValueError(f"a JSON {type(record).__name__}, not an object")
+  except (OSError, ValueError) as e:
+    log.warning("%s: unreadable (%s): the run's init_from and labels are not taken from it",
+                path, e)
+    return config
+  taken = {}
+  init_from = record.get("init_from") or ""
+  if not config.get("init_from") and hf_init.hf_folder(init_from) is not None:
+    taken["init_from"] = init_from
+    for key in ("pretrained_lr_scale", "freeze_pretrained_steps"):
+      value = (record.get("optim") or {}).get(key)
+      if value is not None and key in config.optim:
+        taken[f"optim.{key}"] = value
+  labels = (record.get("data") or {}).get("labels") or ()
+  if not config.data.get("labels") and labels:
+    taken["data.labels"] = tuple(labels)
+  if not taken:
+    return config
+  out = copy.deepcopy(config)
+  for key, value in taken.items():
+    node = out
+    *parents, leaf = key.split(".")
+    for parent in parents:
+      node = node[parent]
+    node[leaf] = value
+  if jax.process_index() == 0:
+    log.info("from %s (the run's record): %s", path,
+             ", ".join(f"{k}={v}" for k, v in taken.items()))
+  return out
 
 
 @dataclasses.dataclass

@@ -68,10 +68,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   if not ckpt_lib.is_remote(workdir):
     os.makedirs(workdir, exist_ok=True)
   # The experiment resolves init_from=hf:DIR (sizes + tokenizer) once; the written
-  # config.json and everything below use that resolved config. A resumed run started from
-  # hf:DIR starts from it again without the flag repeated (its config.json records it).
+  # config.json and everything below use that resolved config. A resume takes what the
+  # command leaves out and the run's state depends on (an hf: start, jsonl labels) from
+  # the run's config.json.
   if ckpt_lib.has_checkpoint(workdir):
-    config = hf_init.with_the_runs_init_from(config, workdir)
+    config = setup.with_the_runs_record(config, workdir)
   env = setup.Experiment.create(config)
   config = env.config
   mesh = sharding_lib.make_mesh(dict(config.mesh.shape))

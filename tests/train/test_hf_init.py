@@ -287,22 +287,34 @@ def test_pretrained_options_need_an_hf_start():
     hf_init.pretrained_mask(config)
 
 
-def test_eval_predict_and_resume_take_the_runs_hf_start(tmp_path, caplog):
+def test_eval_predict_and_resume_take_the_runs_record(tmp_path, caplog):
+  from flaxdoc.train import setup  # pylint: disable=import-outside-toplevel
   config = tiny_config()
-  assert hf_init.with_the_runs_init_from(config, str(tmp_path)) is config  # no record
-  (tmp_path / "config.json").write_text(json.dumps({"init_from": "hf:/models/minilm"}))
+  record = tmp_path / "config.json"
+  assert setup.with_the_runs_record(config, str(tmp_path)) is config  # no record
+  record.write_text(json.dumps({"init_from": "hf:/models/minilm",
+                                "optim": {"pretrained_lr_scale": 0.2,
+                                          "freeze_pretrained_steps": 50},
+                                "data": {"labels": ["total", "date"]}}))
   with caplog.at_level("INFO"):
-    taken = hf_init.with_the_runs_init_from(config, str(tmp_path))
+    taken = setup.with_the_runs_record(config, str(tmp_path))
   assert taken.init_from == "hf:/models/minilm" and not config.init_from
-  assert f"as {tmp_path / 'config.json'} records" in caplog.text
-  # What the command names wins; a run that started from a flaxdoc run or from nothing
-  # gives nothing to take; an unreadable record is ignored.
-  named = tiny_config(init_from="hf:/other")
-  assert hf_init.with_the_runs_init_from(named, str(tmp_path)).init_from == "hf:/other"
-  for record in ('{"init_from": "/tmp/pretrain_run"}', '{"init_from": ""}', "{not json",
-                 "[1, 2]"):
-    (tmp_path / "config.json").write_text(record)
-    assert hf_init.with_the_runs_init_from(config, str(tmp_path)) is config, record
+  assert (taken.optim.pretrained_lr_scale, taken.optim.freeze_pretrained_steps) == (0.2, 50)
+  assert tuple(taken.data.labels) == ("total", "date") and tuple(config.data.labels) == ()
+  assert f"from {record} (the run's record): init_from=hf:/models/minilm" in caplog.text
+  # What the command names wins (and the recipe options go with its own start).
+  named = tiny_config(init_from="hf:/other", **{"data.labels": ("date",)})
+  assert setup.with_the_runs_record(named, str(tmp_path)) is named
+  # A run that started from a flaxdoc run, or from nothing, gives no init_from to take.
+  for init_from in ("/tmp/pretrain_run", ""):
+    record.write_text(json.dumps({"init_from": init_from, "optim": {"pretrained_lr_scale": 0.2}}))
+    assert setup.with_the_runs_record(config, str(tmp_path)) is config, init_from
+  # An unreadable record takes nothing, with a warning naming it.
+  for text in ("{not json", "[1, 2]", ""):
+    record.write_text(text)
+    caplog.clear()
+    assert setup.with_the_runs_record(config, str(tmp_path)) is config, text
+    assert f"{record}: unreadable" in caplog.text, text
 
 
 def test_dev_fraction_zero_carves_no_dev_split(tmp_path):
@@ -431,3 +443,16 @@ def test_every_family_starts_from_a_tiny_roberta_folder(tmp_path, config_file, a
     assert any(new_part in n for n in report.new), report.new
   out = model.apply({"params": params}, batch)["tag_logits"]
   assert np.all(np.isfinite(np.asarray(out)))
+
+
+@pytest.mark.slow  # the carry-over itself: test_eval_predict_and_resume_take_the_runs_hf_start
+def test_the_readmes_eval_line_needs_no_init_from(formnet_run):
+  """`--config.mode=eval` with the training command's config minus init_from."""
+  env = dict(os.environ, FLAXDOC_DATA_DIR=str(FUNSD.parent), PYTHONPATH=str(ROOT))
+  proc = subprocess.run([sys.executable, "-m", "flaxdoc.main",
+                         "--config=configs/formnet_a2.py:dataset=funsd", f"--workdir={formnet_run}",
+                         "--config.mode=eval", *TINY, "--config.model.gcn_layers=1"],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  assert f"init_from=hf:{MINILM}, as {formnet_run / 'config.json'} records" in proc.stderr
+  assert (formnet_run / "eval_dev.json").is_file()

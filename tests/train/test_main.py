@@ -278,8 +278,15 @@ def test_reader_options_leave_the_generators_out_and_name_an_unknown_one(tmp_pat
   options = {"num_train": 2000, "num_dev": 60, "on_error": "skip"}
   with caplog.at_level("INFO"):
     assert setup.reader_options(name, options) == {"on_error": "skip"}
-  assert "num_train, num_dev are the synthetic generator's" in caplog.text
+  assert "num_train, num_dev are another dataset's: not used" in caplog.text
   assert setup.reader_options("synthetic", options) == options
+  # `:dataset=funsd` sets FUNSD's OCR switches off: left out for other datasets while off.
+  funsd = {"ocr": "", "ocr_cache_dir": "", "on_error": "skip"}
+  assert setup.reader_options("cord", funsd) == {"on_error": "skip"}
+  assert setup.reader_options("funsd", funsd) == funsd
+  assert setup.reader_options("cord", dict(funsd, ocr="tesseract"))["ocr"] == "tesseract"
+  # A dev_fraction option does not clash with reading every train document's labels.
+  assert setup.dataset_labels(name, {"dev_fraction": 0.5}) == ("total",)
   docs, _ = setup.load_documents(name, "train", dev_fraction=0.0,
                                  **setup.reader_options(name, options))
   assert len(docs) == 3
@@ -303,9 +310,9 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path):
 def test_eval_or_predict_without_a_checkpoint_is_a_checkpoint_error_and_creates_nothing(tmp_path):
   from flaxdoc.train.checkpoint_recovery import CheckpointError
   workdir = tmp_path / "typo"
-  for mode in ("eval", "predict"):
+  for run in (inference.run_eval, inference.run_predict):
     with pytest.raises(CheckpointError, match=r"no checkpoint in .*typo/checkpoints: train first"):
-      inference.restore_for_inference(tiny_config(mode=mode), str(workdir))
+      run(tiny_config(mode=run.__name__[4:]), str(workdir))
   assert not workdir.exists()
 
 
