@@ -31,8 +31,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   if args.json:
     print(json.dumps(summary))
   else:
-    print(f"exported {summary['tensors']} tensors ({summary['parameters']:,} parameters) "
-          f"to {summary['out']}")
+    print(f"exported step {summary['step']}: {summary['tensors']} tensors "
+          f"({summary['parameters']:,} parameters) to {summary['out']}")
   return 0
 
 

@@ -88,4 +88,6 @@ def export_workdir(workdir: str, out_dir: str, config_arg: str | None = None) ->
   names = make_tag_names(fc.labels, fc.scheme) if fc.labels else []
   cfg = export_config(env.model, feature_config=fc, tag_names=names,
                       tokenizer=str(config.data.tokenizer), train_config=config.to_dict())
-  return write_export(out_dir, params, cfg)
+  # Which step: the newest one that restored (a damaged newer one is skipped, with a warning).
+  cfg["checkpoint_step"] = env.restored_step
+  return dict(write_export(out_dir, params, cfg), step=env.restored_step)

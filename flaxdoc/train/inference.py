@@ -53,7 +53,8 @@ def restore_for_inference(config: ml_collections.ConfigDict, workdir: str):
   manager = ckpt_lib.make_manager(workdir, async_save=False)
   state, _, meta = ckpt_lib.restore(manager, abstract)
   manager.close()
-  log.info("restored step %d from %s", meta.get("step", -1), workdir)
+  env.restored_step = int(meta.get("step", state.step))
+  log.info("restored step %d from %s", env.restored_step, workdir)
   predict = jax.jit(state_lib.make_predict_fn(env.model))
 
   def predict_fn(batch):

@@ -179,6 +179,7 @@ class Experiment:
   feature_config: FeatureConfig
   model: nn.Module
   linking: object = None  # a flaxdoc.train.linking.LinkingTask, or None (tagging only)
+  restored_step: int | None = None  # the checkpoint step restore_for_inference restored
   _cache: dict = dataclasses.field(default_factory=dict, repr=False)
 
   @classmethod

@@ -454,5 +454,6 @@ def test_the_readmes_eval_line_needs_no_init_from(formnet_run):
                          "--config.mode=eval", *TINY, "--config.model.gcn_layers=1"],
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
   assert proc.returncode == 0, proc.stderr[-4000:]
-  assert f"init_from=hf:{MINILM}, as {formnet_run / 'config.json'} records" in proc.stderr
+  assert (f"from {formnet_run / 'config.json'} (the run's record): init_from=hf:{MINILM}"
+          in proc.stderr), proc.stderr[-3000:]
   assert (formnet_run / "eval_dev.json").is_file()

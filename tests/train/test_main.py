@@ -89,6 +89,7 @@ def test_export_cli_on_the_trained_workdir_matches_flax(trained, tmp_path):
   env, params, predict_fn = inference.restore_for_inference(tiny_config(), workdir)
   assert summary["parameters"] == sum(int(np.size(x)) for x in jax.tree.leaves(params))
   exported = json.loads((out / "config.json").read_text())
+  assert summary["step"] == exported["checkpoint_step"] == env.restored_step == 6
   assert exported["model"]["gcn_message_hidden"] == "input"
   assert len(exported["tag_names"]) == env.feature_config.num_tags
   tmodel = load_exported(out)
