@@ -32,7 +32,7 @@ def learning_rate_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
   warmup = min(warmup, total)
   kind = config.get("schedule", "linear")
   if kind not in SCHEDULES:
-    raise ValueError(f"config.schedule must be one of {SCHEDULES}, got {kind!r}")
+    raise ValueError(f"config.optim.schedule must be one of {SCHEDULES}, got {kind!r}")
   end = lr * float(config.get("end_lr_fraction", 0.0))
   decay_steps = max(total - warmup, 1)
   if kind == "constant":

@@ -44,7 +44,8 @@ def dataset_labels(name: str, options=None) -> tuple[str, ...]:
     return datasets.LABELS[name]
   if name.startswith("jsonl:"):
     return jsonl_labels(name, options)
-  raise ConfigError(f"dataset {name!r} has no built-in label set: set config.data.labels")
+  raise ConfigError(f"config.data.dataset={name!r}: unknown dataset; expected one of "
+                    f"{['synthetic', *sorted(datasets.LABELS), 'jsonl:PATH']}")
 
 
 # Options a config argument sets for one dataset: `:local` sets the synthetic generator's

@@ -271,6 +271,10 @@ def test_jsonl_labels_come_from_the_documents_and_are_saved_with_the_run(tmp_pat
   with pytest.raises(setup.ConfigError, match=r"none of its 2 train documents has a "
                                               r"label_set; set config.data.labels"):
     setup.dataset_labels(bare)
+  # A misspelt dataset is named as such, with the names there are.
+  with pytest.raises(setup.ConfigError, match=r"config.data.dataset='funds': unknown dataset; "
+                                              r"expected one of \['synthetic', 'cord', 'funsd'"):
+    setup.dataset_labels("funds")
 
 
 def test_reader_options_leave_the_generators_out_and_name_an_unknown_one(tmp_path, caplog):
