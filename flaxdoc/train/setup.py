@@ -161,12 +161,7 @@ def with_the_runs_record(config: ml_collections.ConfigDict,
   if not taken:
     return config
   out = copy.deepcopy(config)
-  for key, value in taken.items():
-    node = out
-    *parents, leaf = key.split(".")
-    for parent in parents:
-      node = node[parent]
-    node[leaf] = value
+  out.update_from_flattened_dict(taken)
   if jax.process_index() == 0:
     log.info("from %s (the run's record): %s", path,
              ", ".join(f"{k}={v}" for k, v in taken.items()))
