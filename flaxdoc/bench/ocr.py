@@ -31,6 +31,7 @@ from flaxdoc.data.document import Document
 from flaxdoc.data.ocr import DEFAULT_DPI, ENGINES, OcrUnavailableError, get_engine, read_document
 from flaxdoc.data.ocr import cache as cache_lib
 from flaxdoc.data.ocr.matching import WordScores, word_scores
+from flaxdoc.data.report import LoadReport
 
 COLUMNS = ("bench", "engine", "pages", "gold_words", "ocr_words", "recall", "precision",
            "mean_iou", "s_per_page", "note")
@@ -48,10 +49,11 @@ def bench_engine(engine: str, pairs: Sequence[tuple[pathlib.Path, Document]], *,
   pages = 0
   for path, gold in _progress(pairs, progress, engine):
     t0 = time.perf_counter()
-    doc = read_document(path, engine=engine, doc_id=gold.id)
+    read = LoadReport(str(path))  # where the page's words came from, for the cache
+    doc = read_document(path, engine=engine, doc_id=gold.id, report=read)
     seconds += time.perf_counter() - t0
     if cache_dir is not None:
-      cache_lib.store(cache_dir, path, engine, DEFAULT_DPI, doc)
+      cache_lib.store(cache_dir, path, engine, DEFAULT_DPI, doc, read.page_sources[gold.id])
     pages += doc.num_pages
     total += word_scores(gold, doc)
   return {"bench": "ocr", "engine": engine, "pages": pages, "gold_words": total.gold,

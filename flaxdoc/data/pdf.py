@@ -67,6 +67,8 @@ What `read_pdf` does
   unknown encryption scheme, a page that does not load and a PDF without any
   text layer (image-only: run OCR first) all raise `DocumentError` naming the
   file. Permissions in an encrypted PDF (e.g. "no copying") are not enforced.
+* Reports: with `report`, every page of the document is recorded as read from
+  the text layer (`LoadReport.page_sources`, as `flaxdoc.data.ocr` records OCR'd pages).
 
 PDFium is not thread-safe: read PDFs from one thread per process (grain and
 `multiprocessing` workers are processes, which is fine).
@@ -87,7 +89,7 @@ import numpy as np
 
 from flaxdoc.data.document import Document, DocumentError
 from flaxdoc.data.pdf_text import layout_segments, page_frame, page_words, stream_segments
-from flaxdoc.data.report import LoadReport
+from flaxdoc.data.report import TEXT_LAYER, LoadReport
 
 log = logging.getLogger(__name__)
 
@@ -345,6 +347,7 @@ def read_pdf(path: str | os.PathLike, *, doc_id: str | None = None,
                         doc_id=doc_id, field="words", source=source)
   # Not errors, but nothing may vanish silently: report (or log) what was left out.
   if report is not None:
+    report.record_page_sources(doc_id, [TEXT_LAYER] * len(selected))
     if empty_pages:
       report.stats.setdefault("pages_without_text", {})[doc_id] = empty_pages
     if dropped_chars:

@@ -12,6 +12,25 @@ import logging
 
 log = logging.getLogger(__name__)
 
+# Where a page's words came from, in `LoadReport.page_sources`: the PDF's own text
+# layer, or else the name of the OCR engine that read the page's picture.
+TEXT_LAYER = "text layer"
+
+
+def describe_page_sources(sources) -> str:
+  """Per-page sources in words: "3 pages: 2 from the PDF's text layer, 1 by tesseract"."""
+  sources = list(sources)
+  counts = collections.Counter(sources)
+  n = len(sources)
+  if not n:
+    return "no pages"
+  # The text layer first (exact words), then the engines in the order pages met them.
+  names = sorted(dict.fromkeys(sources), key=lambda s: s != TEXT_LAYER)
+  what = {s: "from the PDF's text layer" if s == TEXT_LAYER else f"by {s}" for s in names}
+  if len(names) == 1:
+    return f"1 page, {what[names[0]]}" if n == 1 else f"{n} pages, all {what[names[0]]}"
+  return f"{n} pages: " + ", ".join(f"{counts[s]} {what[s]}" for s in names)
+
 
 @dataclasses.dataclass
 class LoadReport:
@@ -25,6 +44,9 @@ class LoadReport:
   repairs: list[tuple[str, str]] = dataclasses.field(default_factory=list)
   # Free-form statistics a reader wants to report (e.g. SROIE alignment rates).
   stats: dict = dataclasses.field(default_factory=dict)
+  # Document id -> where each page's words came from: TEXT_LAYER or an OCR engine's name
+  # (PDF and OCR readers), so that OCR'd pages, the less exact ones, can be told apart.
+  page_sources: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
   def skip_document(self, where: str, reason: str):
     self.skipped_documents.append((where, reason))
@@ -38,6 +60,9 @@ class LoadReport:
 
   def repair(self, where: str, what: str):
     self.repairs.append((where, what))
+
+  def record_page_sources(self, doc_id: str, sources) -> None:
+    self.page_sources[doc_id] = list(sources)
 
   @staticmethod
   def _reasons(items) -> dict[str, int]:
@@ -54,6 +79,12 @@ class LoadReport:
           lines.append(f"    {count:6d} x {reason}")
     for key, value in self.stats.items():
       lines.append(f"  {key}: {value}")
+    if self.page_sources:
+      every = [s for sources in self.page_sources.values() for s in sources]
+      lines.append(f"  words from: {describe_page_sources(every)}")
+      if len(set(every)) > 1:  # mixed: say which document's pages were OCR'd
+        for doc_id, sources in self.page_sources.items():
+          lines.append(f"    {doc_id}: {describe_page_sources(sources)}")
     return "\n".join(lines)
 
   def __str__(self) -> str:

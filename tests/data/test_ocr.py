@@ -8,6 +8,7 @@ naming the file. Engines not installed are skipped with the reason.
 """
 
 import json
+import logging
 import os
 import sys
 
@@ -22,7 +23,7 @@ from PIL import Image
 
 from flaxdoc.data.document import Document, DocumentError, Entity, PageImage
 from flaxdoc.data.jsonl import read_jsonl, write_jsonl
-from flaxdoc.data.ocr import ENGINES, OcrUnavailableError, get_engine, read_document, \
+from flaxdoc.data.ocr import ENGINES, OcrUnavailableError, OcrWord, get_engine, read_document, \
     read_documents
 from flaxdoc.data.ocr import __main__ as ocr_main
 from flaxdoc.data.ocr import matching
@@ -120,6 +121,54 @@ def test_pdf_with_text_layer_needs_no_ocr(tmp_path, monkeypatch):
   assert back.words == reference.words
   np.testing.assert_allclose(back.boxes, reference.boxes)
   assert back.page_images[0].path.endswith(".pdf")
+
+
+# ------------------------------------------------------------------------- where words came from
+class _OneWordEngine:
+  """Stands in for an OCR engine (no install, no seconds a page): one word a page."""
+  name = "tesseract"
+
+  def read(self, image):
+    del image
+    return [OcrWord("scanned", (10.0, 10.0, 60.0, 30.0), 0, 0, 0.9)]
+
+
+def _mixed_pdf(path):
+  """Page 0 typed (a text layer), page 1 a picture of text only (as scanned)."""
+  from matplotlib.backends.backend_pdf import PdfPages  # pylint: disable=import-outside-toplevel
+  from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
+  with PdfPages(path) as pdf:
+    typed = Figure(figsize=(4, 2))
+    typed.text(0.1, 0.5, "Typed invoice 4711")
+    pdf.savefig(typed)
+    scanned = Figure(figsize=(4, 2))
+    ax = scanned.add_axes([0, 0, 1, 1])
+    ax.imshow(np.asarray(text_image(["Scanned page"])))
+    ax.axis("off")
+    pdf.savefig(scanned)
+  return path
+
+
+def test_pages_say_where_their_words_came_from(tmp_path, monkeypatch, caplog):
+  """A page with a text layer is not OCR'd and is not reported as OCR'd: reports and logs
+  name, per document, the pages read from the text layer and those read by the engine."""
+  monkeypatch.setattr("flaxdoc.data.ocr.reader.get_engine", lambda name: _OneWordEngine())
+  mixed = _mixed_pdf(tmp_path / "mixed.pdf")
+  photo = tmp_path / "photo.png"
+  text_image(["Photo"]).save(photo)
+  docs, report = read_documents([mixed, photo], engine="tesseract", progress=False)
+  assert docs[0].words == ("Typed", "invoice", "4711", "scanned")
+  assert report.page_sources == {"mixed": ["text layer", "tesseract"], "photo": ["tesseract"]}
+  summary = report.summary()
+  assert "words from: 3 pages: 1 from the PDF's text layer, 2 by tesseract" in summary
+  assert "mixed: 2 pages: 1 from the PDF's text layer, 1 by tesseract" in summary
+  assert "photo: 1 page, by tesseract" in summary
+  assert "ocr:tesseract" not in summary
+  # Without a report the log says it, for a read from the cache too.
+  with caplog.at_level(logging.INFO, "flaxdoc.data.ocr.reader"):
+    for _ in range(2):
+      read_document(mixed, engine="tesseract", cache_dir=tmp_path / "cache")
+  assert caplog.text.count("mixed.pdf: 2 pages: 1 from the PDF's text layer, 1 by tesseract") == 2
 
 
 # ----------------------------------------------------------------------------- errors

@@ -425,6 +425,13 @@ def test_encrypted_pdf(tmp_path, invoice_pdf):
   np.testing.assert_allclose(opened.boxes, plain.boxes)
 
 
+def test_report_says_pages_come_from_the_text_layer(invoice_pdf):
+  docs, report = read_pdfs([invoice_pdf])
+  assert docs[0].num_pages == 3
+  assert report.page_sources == {"invoice": ["text layer"] * 3}
+  assert "words from: 3 pages, all from the PDF's text layer" in report.summary()
+
+
 def _corrupt_files(tmp_path, invoice_pdf):
   data = invoice_pdf.read_bytes()
   rng = np.random.default_rng(0)

@@ -4,7 +4,9 @@ Reads images (PNG, JPEG, TIFF) and PDFs (text layer where there is one, OCR
 where not) with a progress bar and writes them as `flaxdoc.document/1` JSON
 Lines (`flaxdoc.data.jsonl`), page images included, to feed `predict`
 (`--config.predict.input=docs.jsonl`) or a `jsonl:` dataset. Files that cannot
-be read are listed with the reason; the exit status is 1 when none could.
+be read are listed with the reason, and the summary says how many pages were read
+from a PDF's text layer and how many by the engine; the exit status is 1 when none
+could.
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ What a document holds:
 * `page_images`: the file and frame/page of each page, so pictures
   (`flaxdoc.viz.draw_document`) are drawn over the real page.
 
+Where each page's words came from, the PDF's text layer or the engine, is recorded
+in `report.page_sources` (`LoadReport.summary()`: "3 pages: 2 from the PDF's text
+layer, 1 by tesseract"), else logged.
+
 A PDF page with a text layer is read from it (exact words, no OCR); a page
 without one (scanned) is rendered at `dpi` and OCR'd. Pages with no text at all
 are recorded (`report.stats["pages_without_text"]`, else logged); a file with no
@@ -36,7 +40,7 @@ from flaxdoc.data.ocr import cache as cache_lib
 from flaxdoc.data.ocr import pages as pages_lib
 from flaxdoc.data.ocr.engine import DEFAULT_ENGINE, OcrWord, get_engine
 from flaxdoc.data.reading import read_files
-from flaxdoc.data.report import LoadReport
+from flaxdoc.data.report import TEXT_LAYER, LoadReport, describe_page_sources
 
 log = logging.getLogger(__name__)
 DEFAULT_DPI = 300.0
@@ -49,9 +53,12 @@ class _Builder:
   def __init__(self):
     self.words, self.boxes, self.pages, self.segments = [], [], [], []
     self.sizes, self.images, self.blank = [], [], []
+    self.sources = []  # per page: TEXT_LAYER or the engine's name
     self.next_segment = 0
 
-  def add_ocr_page(self, words: Sequence[OcrWord], scale: float, size, image: PageImage):
+  def add_ocr_page(self, words: Sequence[OcrWord], scale: float, size, image: PageImage,
+                   engine: str):
+    self.sources.append(engine)
     page = len(self.sizes)
     lines: dict[int, int] = {}
     for w in words:
@@ -65,6 +72,7 @@ class _Builder:
     self._page(size, image, bool(words))
 
   def add_text_page(self, doc: Document, page: int, image: PageImage):
+    self.sources.append(TEXT_LAYER)
     sel = np.flatnonzero(doc.pages == page)
     segs = doc.segments[sel]
     remap = {s: self.next_segment + k for k, s in enumerate(dict.fromkeys(segs.tolist()))}
@@ -100,7 +108,8 @@ def read_document(path: str | os.PathLike, *, engine: str = DEFAULT_ENGINE,
     dpi: resolution PDF pages are rendered at for OCR (images are read as they are).
     doc_id: the document id (default: the file name without its extension).
     cache_dir: if given, OCR results are cached there (`flaxdoc.data.ocr.cache`).
-    report: where pages without text are recorded (else they are logged).
+    report: where pages without text, and where each page's words came from (the
+      PDF's text layer or `engine`), are recorded (else they are logged).
 
   Raises:
     DocumentError: naming the file: unsupported format, unreadable image or PDF,
@@ -116,7 +125,8 @@ def read_document(path: str | os.PathLike, *, engine: str = DEFAULT_ENGINE,
   if cache_dir is not None:
     cached = cache_lib.load(cache_dir, path, engine, dpi, doc_id)
     if cached is not None:
-      return cached
+      _record_sources(report, source, doc_id, cached[1])
+      return cached[0]
   built = _Builder()
   if kind == "pdf":
     _read_pdf_pages(path, source, doc_id, engine, float(dpi), built)
@@ -124,7 +134,7 @@ def read_document(path: str | os.PathLike, *, engine: str = DEFAULT_ENGINE,
     for k, frame in pages_lib.image_frames(path):
       w, h = frame.size
       built.add_ocr_page(get_engine(engine).read(frame), 1.0, (w, h),
-                         PageImage(source, k, float(w), float(h)))
+                         PageImage(source, k, float(w), float(h)), engine)
   if not built.words:
     pages = len(built.sizes)
     what = ("no text layer, and OCR" if kind == "pdf" else "OCR")
@@ -138,8 +148,17 @@ def read_document(path: str | os.PathLike, *, engine: str = DEFAULT_ENGINE,
       log.warning("%s: no text found on pages %s", source, built.blank)
   doc = built.build(doc_id, source)
   if cache_dir is not None:
-    cache_lib.store(cache_dir, path, engine, dpi, doc)
+    cache_lib.store(cache_dir, path, engine, dpi, doc, built.sources)
+  _record_sources(report, source, doc_id, built.sources)
   return doc
+
+
+def _record_sources(report: LoadReport | None, source: str, doc_id: str, sources) -> None:
+  """Says which pages were read from a text layer and which by OCR (report, else log)."""
+  if report is not None:
+    report.record_page_sources(doc_id, sources)
+  else:
+    log.info("%s: %s", source, describe_page_sources(sources))
 
 
 def _read_pdf_pages(path: Path, source: str, doc_id: str, engine: str, dpi: float,
@@ -165,7 +184,7 @@ def _read_pdf_pages(path: Path, source: str, doc_id: str, engine: str, dpi: floa
       scale = 72.0 / dpi
       size = (picture.width * scale, picture.height * scale)
       built.add_ocr_page(get_engine(engine).read(picture), scale, size,
-                         PageImage(source, k, size[0], size[1]))
+                         PageImage(source, k, size[0], size[1]), engine)
   finally:
     pdf.close()
 
@@ -185,7 +204,10 @@ def read_documents(paths: Iterable[str | os.PathLike], *, engine: str = DEFAULT_
   if isinstance(paths, (str, os.PathLike)):
     paths = [paths]
   paths = list(paths)
-  report = LoadReport(f"ocr:{engine} ({len(paths)} files)")
+  # Not "ocr:<engine>": PDF pages with a text layer are read from it, and the summary says
+  # how many pages each source gave (`LoadReport.page_sources`).
+  files = f"{len(paths)} file" + ("" if len(paths) == 1 else "s")
+  report = LoadReport(f"{files} (PDF text layer where there is one, else OCR by {engine})")
 
   def read_one(p, doc_id, report):
     return read_document(p, engine=engine, dpi=dpi, doc_id=doc_id, cache_dir=cache_dir,
@@ -202,4 +224,4 @@ def _progress(paths, enabled: bool, engine: str):
     from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
   except ImportError:
     return paths
-  return tqdm(paths, desc=f"OCR ({engine})", unit="file")
+  return tqdm(paths, desc=f"reading (OCR by {engine} where needed)", unit="file")
