@@ -67,6 +67,10 @@ What `read_pdf` does
   unknown encryption scheme, a page that does not load and a PDF without any
   text layer (image-only: run OCR first) all raise `DocumentError` naming the
   file. Permissions in an encrypted PDF (e.g. "no copying") are not enforced.
+* Passwords: `password=` (`read_pdfs`: `passwords=` per file), else, for a PDF
+  that needs one, the environment variable `FLAXDOC_PDF_PASSWORD` (`PASSWORD_ENV`):
+  the way for command lines, where an argument would show in `ps` and the shell's
+  history. No password is ever logged, reported or written anywhere.
 * Reports: with `report`, every page of the document is recorded as read from
   the text layer (`LoadReport.page_sources`, as `flaxdoc.data.ocr` records OCR'd pages).
 
@@ -110,6 +114,9 @@ _LOAD_ERRORS = {
     6: "page not found or its content is corrupt",
 }
 _FPDF_ERR_PASSWORD = 4
+# The password of encrypted PDFs read without one: the way for command lines (predict, the
+# OCR command), where an argument would show in `ps` and the shell's history (cf. PGPASSWORD).
+PASSWORD_ENV = "FLAXDOC_PDF_PASSWORD"
 _FPDF_PAGEOBJ_IMAGE = 3
 _FPDF_PAGEOBJ_FORM = 5
 # The first bytes of files people pass as PDFs by mistake, for the error message (and
@@ -169,17 +176,39 @@ def check_file(path: Path, source: str) -> None:
 
 
 def open_pdf(pdfium, path: Path, password: str | None, source: str):
+  """A `pypdfium2.PdfDocument`; without `password`, an encrypted PDF gets `PASSWORD_ENV`'s.
+
+  The password is never put in a message, a log or a report.
+  """
+  env_password = os.environ.get(PASSWORD_ENV) if password is None else None
   try:
-    return pdfium.PdfDocument(path, password=password)
+    try:
+      return pdfium.PdfDocument(path, password=password)
+    except pdfium.PdfiumError as e:
+      # The environment's password only for a PDF that needs one: PDFium refuses a wrong
+      # password even where none is needed (an owner-password-only PDF), and one variable
+      # serves every file of a glob.
+      if not (env_password and getattr(e, "err_code", None) == _FPDF_ERR_PASSWORD):
+        raise
+    return pdfium.PdfDocument(path, password=env_password)
   except FileNotFoundError:
     raise DocumentError("no such file", source=source) from None
   except pdfium.PdfiumError as e:
     code = getattr(e, "err_code", None)
     if code == _FPDF_ERR_PASSWORD:
+      if password is None and not env_password:
+        raise DocumentError(
+            "the PDF is encrypted: give its password, in Python with read_pdf(..., "
+            "password=...) or read_pdfs(..., passwords={path: ...}); on the command line "
+            "(python -m flaxdoc.main --config.mode=predict, python -m flaxdoc.data.ocr) in the "
+            f"environment variable {PASSWORD_ENV}",
+            field="password", source=source) from None
       if password is None:
-        raise DocumentError("the PDF is encrypted: give its password (read_pdf(..., "
-                            "password=...) or read_pdfs(..., passwords={path: ...}))",
-                            field="password", source=source) from None
+        raise DocumentError(
+            f"the PDF is encrypted and the password in the environment variable {PASSWORD_ENV} "
+            "is wrong for it (that one password is tried on every encrypted PDF read; give "
+            "passwords per file with read_pdfs(..., passwords={path: ...}))",
+            field="password", source=source) from None
       raise DocumentError("the PDF is encrypted and the password given is wrong",
                           field="password", source=source) from None
     raise DocumentError(_LOAD_ERRORS.get(code, f"PDFium cannot open it ({e})"),
@@ -241,7 +270,8 @@ def read_pdf(path: str | os.PathLike, *, doc_id: str | None = None,
     doc_id: the document id (default: the file name without `.pdf`).
     pages: 0-based page numbers to read, in the order given (default: all).
       Page `k` of the returned document is `pages[k]` of the file.
-    password: the password of an encrypted PDF (user or owner password).
+    password: the password of an encrypted PDF (user or owner password); when
+      None, an encrypted PDF is opened with `$FLAXDOC_PDF_PASSWORD` if it is set.
     dpi: pixels per inch of the returned boxes and page sizes; 72 (default)
       gives PDF points.
     order: "layout" (rows top-to-bottom, left-to-right) or "stream" (PDFium's
@@ -381,7 +411,8 @@ def read_pdfs(paths: Iterable[str | os.PathLike], *, on_error: str = "skip",
     on_error: "skip" (default) records a file that fails in
       `report.skipped_documents` (with the `DocumentError` message) and goes
       on; "raise" re-raises the first failure.
-    passwords: passwords by path (as given) or by file name, for encrypted PDFs.
+    passwords: passwords by path (as given) or by file name, for encrypted PDFs;
+      a file without one gets `$FLAXDOC_PDF_PASSWORD`, if set (see `read_pdf`).
     **options: passed to `read_pdf` (`pages`, `dpi`, `order`, `boxes`,
       `segment_gap`).
 

@@ -171,6 +171,35 @@ def test_pages_say_where_their_words_came_from(tmp_path, monkeypatch, caplog):
   assert caplog.text.count("mixed.pdf: 2 pages: 1 from the PDF's text layer, 1 by tesseract") == 2
 
 
+def test_encrypted_pdf_on_the_command_line(tmp_path, monkeypatch, capsys):
+  """$FLAXDOC_PDF_PASSWORD opens both the text layer and the pages rendered for OCR; the
+  password shows in no output and no file written."""
+  pypdf = pytest.importorskip("pypdf")
+  monkeypatch.setattr("flaxdoc.data.ocr.reader.get_engine", lambda name: _OneWordEngine())
+  writer = pypdf.PdfWriter(clone_from=_mixed_pdf(tmp_path / "mixed.pdf"))
+  writer.encrypt("s3cret-77", algorithm="RC4-128")  # RC4 needs no `cryptography` package
+  locked = tmp_path / "in" / "locked.pdf"
+  locked.parent.mkdir()
+  writer.write(locked)
+  out = tmp_path / "out" / "docs.jsonl"
+  args = ["--engine", "tesseract", "--out", str(out), "--cache_dir", str(tmp_path / "out"),
+          str(locked)]
+  monkeypatch.delenv("FLAXDOC_PDF_PASSWORD", raising=False)
+  assert ocr_main.main(args) == 1
+  assert "FLAXDOC_PDF_PASSWORD" in capsys.readouterr().out
+  monkeypatch.setenv("FLAXDOC_PDF_PASSWORD", "s3cret-77")
+  assert ocr_main.main(args) == 0
+  docs, _ = read_jsonl(out)
+  assert docs[0].words == ("Typed", "invoice", "4711", "scanned")
+  printed = capsys.readouterr()
+  assert "2 pages: 1 from the PDF's text layer, 1 by tesseract" in printed.out
+  assert "s3cret" not in printed.out + printed.err
+  written = [f for f in (tmp_path / "out").rglob("*") if f.is_file()]
+  assert len(written) == 2  # the JSON Lines and the cache file
+  for f in written:
+    assert b"s3cret" not in f.read_bytes(), f
+
+
 # ----------------------------------------------------------------------------- errors
 def test_bad_files_raise_documented_errors_naming_the_file(tmp_path):
   corrupt = tmp_path / "corrupt.png"

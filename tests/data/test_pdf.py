@@ -408,12 +408,17 @@ def test_pages_without_text_are_reported(tmp_path):
     read_pdf(path, pages=[1])
 
 
-def test_encrypted_pdf(tmp_path, invoice_pdf):
+def _encrypt(source, path, user_password, owner_password=None):
   pypdf = pytest.importorskip("pypdf")
-  writer = pypdf.PdfWriter(clone_from=invoice_pdf)
-  writer.encrypt("s3cret", algorithm="RC4-128")  # RC4 needs no `cryptography` package
-  path = tmp_path / "locked.pdf"
+  writer = pypdf.PdfWriter(clone_from=source)
+  writer.encrypt(user_password, owner_password, algorithm="RC4-128")  # RC4: no `cryptography`
   writer.write(path)
+  return path
+
+
+def test_encrypted_pdf(tmp_path, invoice_pdf, monkeypatch):
+  monkeypatch.delenv("FLAXDOC_PDF_PASSWORD", raising=False)
+  path = _encrypt(invoice_pdf, tmp_path / "locked.pdf", "s3cret")
   with pytest.raises(DocumentError, match="encrypted") as e:
     read_pdf(path)
   assert "locked.pdf" in str(e.value) and "password" in str(e.value)
@@ -423,6 +428,37 @@ def test_encrypted_pdf(tmp_path, invoice_pdf):
   plain = read_pdf(invoice_pdf)
   assert opened.words == plain.words
   np.testing.assert_allclose(opened.boxes, plain.boxes)
+
+
+def test_password_from_the_environment(tmp_path, invoice_pdf, monkeypatch):
+  """Command lines cannot pass `password=`: $FLAXDOC_PDF_PASSWORD opens what needs one."""
+  locked = _encrypt(invoice_pdf, tmp_path / "locked.pdf", "s3cret")
+  # Owner password only: opens without one, and must still open with a wrong one set.
+  owner = _encrypt(invoice_pdf, tmp_path / "owner.pdf", "", "0wner-only")
+  plain = read_pdf(invoice_pdf)
+  monkeypatch.delenv("FLAXDOC_PDF_PASSWORD", raising=False)
+  with pytest.raises(DocumentError, match="encrypted") as e:
+    read_pdf(locked)
+  for way in ("read_pdf(..., password=...)", "read_pdfs(..., passwords=", "FLAXDOC_PDF_PASSWORD",
+              "locked.pdf"):
+    assert way in str(e.value)
+
+  monkeypatch.setenv("FLAXDOC_PDF_PASSWORD", "not-it-42")
+  with pytest.raises(DocumentError, match="FLAXDOC_PDF_PASSWORD is wrong") as e:
+    read_pdf(locked)
+  assert "not-it-42" not in str(e.value)  # a password is never shown
+  assert read_pdf(owner).words == plain.words
+
+  monkeypatch.setenv("FLAXDOC_PDF_PASSWORD", "s3cret")
+  for path in (locked, owner, invoice_pdf):  # unencrypted and owner-only PDFs are unaffected
+    doc = read_pdf(path)
+    assert doc.words == plain.words
+    np.testing.assert_allclose(doc.boxes, plain.boxes)
+  with pytest.raises(DocumentError, match="password given is wrong"):
+    read_pdf(locked, password="guess")  # an argument wins over the environment
+  docs, report = read_pdfs([locked, owner], passwords={"owner.pdf": "0wner-only"})
+  assert [d.id for d in docs] == ["locked", "owner"] and not report.skipped_documents
+  assert "s3cret" not in report.summary() and "0wner" not in report.summary()
 
 
 def test_report_says_pages_come_from_the_text_layer(invoice_pdf):
@@ -487,12 +523,9 @@ def test_read_pdfs_records_failures_per_file(tmp_path, invoice_pdf):
     read_pdfs([invoice_pdf], password="x")
 
 
-def test_read_pdfs_passwords_by_name(tmp_path, invoice_pdf):
-  pypdf = pytest.importorskip("pypdf")
-  writer = pypdf.PdfWriter(clone_from=invoice_pdf)
-  writer.encrypt("pw", algorithm="RC4-128")
-  path = tmp_path / "locked.pdf"
-  writer.write(path)
+def test_read_pdfs_passwords_by_name(tmp_path, invoice_pdf, monkeypatch):
+  monkeypatch.delenv("FLAXDOC_PDF_PASSWORD", raising=False)
+  path = _encrypt(invoice_pdf, tmp_path / "locked.pdf", "pw")
   docs, report = read_pdfs([path], passwords={"locked.pdf": "pw"})
   assert len(docs) == 1 and not report.skipped_documents
   docs, report = read_pdfs([path])

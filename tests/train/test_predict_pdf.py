@@ -3,12 +3,16 @@
 Uses the session's tiny trained run (`conftest.trained`), writes synthetic documents as PDFs
 (`flaxdoc.data.synthetic.render_pdf`), and runs `inference.run_predict` on a
 glob of them, next to an image-only and a truncated PDF, which are skipped and
-reported by file.
+reported by file, and an encrypted one (with pypdf, a test-only dependency),
+opened with the command line's password, `$FLAXDOC_PDF_PASSWORD`.
 """
 
+import importlib.util
 import json
+import logging
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,11 +34,13 @@ from tiny import tiny_config  # pylint: disable=import-error
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 ENTITY_KEYS = {"label", "text", "words", "word_boxes", "box", "page", "score"}
+PASSWORD = "s3cret-91"
 
 
 @pytest.fixture(scope="module")
 def pdf_dir(tmp_path_factory):
-  """Two synthetic PDFs (one page, two pages), an image-only PDF and a truncated one."""
+  """Two synthetic PDFs (one page, two pages), an image-only PDF, a truncated one and
+  (with pypdf) `locked.pdf`, the first encrypted: `(folder, [(id, document)] readable)`."""
   folder = tmp_path_factory.mktemp("pdfs")
   docs = [make_document(5, 0), make_document(5, 1, SyntheticConfig(min_pages=2, max_pages=2))]
   assert [d.num_pages for d in docs] == [1, 2]
@@ -47,7 +53,14 @@ def pdf_dir(tmp_path_factory):
   scan.savefig(folder / "scan.pdf")
   data = (folder / f"{docs[0].id}.pdf").read_bytes()
   (folder / "broken.pdf").write_bytes(data[:len(data) // 2])
-  return folder, docs
+  readable = [(d.id, d) for d in docs]
+  if importlib.util.find_spec("pypdf") is not None:
+    import pypdf  # pylint: disable=import-outside-toplevel
+    writer = pypdf.PdfWriter(clone_from=folder / f"{docs[0].id}.pdf")
+    writer.encrypt(PASSWORD, algorithm="RC4-128")  # RC4 needs no `cryptography` package
+    writer.write(folder / "locked.pdf")
+    readable.insert(0, ("locked", docs[0]))  # file name order
+  return folder, readable
 
 
 def _predict_config(source, tmp_path):
@@ -59,23 +72,29 @@ def _predict_config(source, tmp_path):
   return config
 
 
-def test_predict_from_pdfs(trained, pdf_dir, tmp_path, capsys):
-  folder, docs = pdf_dir
-  out = inference.run_predict(_predict_config(folder / "*.pdf", tmp_path), trained[0])
+def test_predict_from_pdfs(trained, pdf_dir, tmp_path, capsys, caplog, monkeypatch):
+  folder, readable = pdf_dir
+  monkeypatch.setenv("FLAXDOC_PDF_PASSWORD", PASSWORD)
+  with caplog.at_level(logging.DEBUG):
+    out = inference.run_predict(_predict_config(folder / "*.pdf", tmp_path), trained[0])
   assert out == str(tmp_path / "pred.jsonl")
 
   # Unreadable files are skipped, each reported with its path and why.
-  printed = capsys.readouterr().out
-  assert "loaded 2 documents" in printed and "skipped documents: 2" in printed
-  assert str(folder / "scan.pdf") in printed and "no text layer" in printed
-  assert str(folder / "broken.pdf") in printed and "truncated" in printed
+  printed = capsys.readouterr()
+  assert f"loaded {len(readable)} documents" in printed.out
+  assert "skipped documents: 2" in printed.out
+  assert str(folder / "scan.pdf") in printed.out and "no text layer" in printed.out
+  assert str(folder / "broken.pdf") in printed.out and "truncated" in printed.out
+  # Every page read came from a text layer, and the report says so (no OCR engine named).
+  pages = sum(d.num_pages for _, d in readable)
+  assert f"words from: {pages} pages, all from the PDF's text layer" in printed.out
 
   # One row per readable PDF, in file name order, with the file name as id.
   rows = [json.loads(line) for line in open(out, encoding="utf-8")]
-  assert [r["id"] for r in rows] == [d.id for d in docs]
+  assert [r["id"] for r in rows] == [doc_id for doc_id, _ in readable]
   num_entities = 0
-  for row, doc in zip(rows, docs):
-    back = read_pdf(folder / f"{doc.id}.pdf")  # what predict read: entity words index it
+  for row, (doc_id, doc) in zip(rows, readable):
+    back = read_pdf(folder / f"{doc_id}.pdf")  # what predict read: entity words index it
     for e in row["entities"]:
       num_entities += 1
       assert ENTITY_KEYS <= set(e), e
@@ -89,12 +108,19 @@ def test_predict_from_pdfs(trained, pdf_dir, tmp_path, capsys):
 
   # One valid PNG per page.
   pngs = sorted(os.listdir(tmp_path / "png"))
-  assert pngs == sorted(f"{d.id}_p{p}.png" for d in docs for p in range(d.num_pages))
+  assert pngs == sorted(f"{i}_p{p}.png" for i, d in readable for p in range(d.num_pages))
   for name in pngs:
     with Image.open(tmp_path / "png" / name) as img:
       img.verify()
     with Image.open(tmp_path / "png" / name) as img:
       assert img.format == "PNG" and img.width > 0 and img.height > 0
+
+  # The password is in no output, log or file (predictions, the run's config.json...).
+  assert PASSWORD not in printed.out + printed.err + caplog.text
+  written = [f for f in [*tmp_path.rglob("*"), *Path(trained[0]).rglob("*")] if f.is_file()]
+  assert tmp_path / "pred.jsonl" in written
+  for f in written:
+    assert PASSWORD.encode() not in f.read_bytes(), f
 
 
 def test_predict_without_a_readable_pdf_names_the_files(trained, pdf_dir, tmp_path, capsys):

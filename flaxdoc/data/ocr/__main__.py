@@ -6,7 +6,8 @@ Lines (`flaxdoc.data.jsonl`), page images included, to feed `predict`
 (`--config.predict.input=docs.jsonl`) or a `jsonl:` dataset. Files that cannot
 be read are listed with the reason, and the summary says how many pages were read
 from a PDF's text layer and how many by the engine; the exit status is 1 when none
-could.
+could. Encrypted PDFs are opened with the password in the environment variable
+FLAXDOC_PDF_PASSWORD (not an argument: it would show in `ps` and the shell's history).
 """
 
 from __future__ import annotations
