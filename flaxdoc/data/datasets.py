@@ -41,7 +41,7 @@ from flaxdoc.data.report import LoadReport
 
 __all__ = ["LABELS", "SPLITS", "DEV_SIZES", "DatasetNotFoundError", "check_split", "dev_size",
            "carve_dev", "default_data_dir", "has_official_split", "available_splits",
-           "load_dataset"]
+           "option_names", "load_dataset"]
 
 SPLITS = ("train", "dev", "test")
 
@@ -138,6 +138,30 @@ def available_splits(name: str, data_dir=None) -> list[str]:
     if dev_size(name, len(list_ids(data_dir, "train"))) > 0:
       out.insert(1, "dev")
   return out
+
+
+def _options_reader(name: str):
+  """(the function `load_dataset(name, ...)` passes its `**options` to, the parameters
+  `load_dataset` fills itself)."""
+  if name == "synthetic":
+    from flaxdoc.data.synthetic import load_synthetic
+    return load_synthetic, ("split",)
+  if name.startswith("jsonl:"):
+    from flaxdoc.data.jsonl import read_jsonl
+    return read_jsonl, ("path",)
+  return _reader(name)[1], ("data_dir", "split", "ids")
+
+
+def option_names(name: str) -> tuple[str, ...] | None:
+  """The `**options` `load_dataset(name, ...)` takes: its own (`dev_fraction`, `seed`) and
+  those its reader takes by keyword; None when the reader takes any (`**kwargs`)."""
+  reader, filled = _options_reader(name)
+  params = inspect.signature(reader).parameters.values()
+  if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+    return None
+  keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+  return ("dev_fraction", "seed") + tuple(p.name for p in params
+                                          if p.kind in keyword and p.name not in filled)
 
 
 def load_dataset(name: str, split: str, data_dir=None, *, dev_fraction: float | None = None,

@@ -42,10 +42,15 @@ def dataset_labels(name: str, options=None) -> tuple[str, ...]:
     return tuple(LABELS_WITH_KEYS if (options or {}).get("link_keys") else LABELS)
   if name in datasets.LABELS:
     return datasets.LABELS[name]
-  if name.startswith("jsonl:"):
-    return jsonl_labels(name, options)
-  raise ConfigError(f"config.data.dataset={name!r}: unknown dataset; expected one of "
-                    f"{['synthetic', *sorted(datasets.LABELS), 'jsonl:PATH']}")
+  check_dataset(name)
+  return jsonl_labels(name, options)
+
+
+def check_dataset(name: str) -> None:
+  """A `ConfigError` naming config.data.dataset for a dataset flaxdoc cannot read."""
+  if name != "synthetic" and name not in datasets.LABELS and not name.startswith("jsonl:"):
+    raise ConfigError(f"config.data.dataset={name!r}: unknown dataset; expected one of "
+                      f"{['synthetic', *sorted(datasets.LABELS), 'jsonl:PATH']}")
 
 
 # Options a config argument sets for one dataset: `:local` sets the synthetic generator's
@@ -77,15 +82,15 @@ def reader_options(name: str, options=None) -> dict:
 
 
 def load_documents(name: str, split: str, data_dir=None, **options):
-  """`datasets.load_dataset` with a `ConfigError` for an option the reader does not take."""
-  try:
-    return datasets.load_dataset(name, split, data_dir=data_dir, **options)
-  except TypeError as e:
-    unknown = str(e).rsplit(" ", 1)[-1].strip("'")
-    if "unexpected keyword argument" not in str(e) or unknown not in options:
-      raise  # not about the options: a bug, with its traceback
+  """`datasets.load_dataset` with its options checked first against what the dataset's reader
+  takes (`datasets.option_names`): an unknown one is a `ConfigError` naming it."""
+  check_dataset(name)
+  taken = datasets.option_names(name)
+  unknown = [k for k in options if taken is not None and k not in taken]
+  if unknown:
     raise ConfigError(f"config.data.dataset_options: the reader of dataset {name!r} takes no "
-                      f"option {unknown!r}") from None
+                      f"option {unknown[0]!r}; its options are {', '.join(taken)}")
+  return datasets.load_dataset(name, split, data_dir=data_dir, **options)
 
 
 def jsonl_labels(name: str, options=None) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ import jax
 import numpy as np
 import pytest
 
+from flaxdoc.data import datasets
 from flaxdoc.train import checkpoint as ckpt_lib, inference, metrics_writer, setup, trainer
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -295,9 +296,13 @@ def test_reader_options_leave_the_generators_out_and_name_an_unknown_one(tmp_pat
   docs, _ = setup.load_documents(name, "train", dev_fraction=0.0,
                                  **setup.reader_options(name, options))
   assert len(docs) == 3
+  # Checked against the reader's signature before it runs, naming what it does take.
   with pytest.raises(setup.ConfigError, match=r"config.data.dataset_options: the reader of "
-                                              r"dataset 'jsonl:.*' takes no option 'box_polcy'"):
+                                              r"dataset 'jsonl:.*' takes no option 'box_polcy'; "
+                                              r"its options are dev_fraction, seed, on_error, "
+                                              r"box_policy, text_policy$"):
     setup.load_documents(name, "train", box_polcy="clip")
+  assert datasets.option_names("synthetic") is None  # a **kwargs reader takes any
 
 
 def test_bad_input_is_one_line_naming_the_file(tmp_path):
