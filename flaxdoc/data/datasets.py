@@ -27,6 +27,7 @@ it is the same on every machine and run.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import os
 from pathlib import Path
@@ -165,7 +166,8 @@ def option_names(name: str) -> tuple[str, ...] | None:
 
 
 def load_dataset(name: str, split: str, data_dir=None, *, dev_fraction: float | None = None,
-                 seed: int = 0, **options) -> tuple[list[Document], LoadReport]:
+                 seed: int = 0, reads: dict | None = None,
+                 **options) -> tuple[list[Document], LoadReport]:
   """Loads one split of a dataset as `(documents, report)`.
 
   Args:
@@ -177,6 +179,9 @@ def load_dataset(name: str, split: str, data_dir=None, *, dev_fraction: float | 
       split (default: the dataset's `DEV_SIZES`).
     seed: seed of the dev carve (see the module docstring). Forwarded to
       `load_synthetic` when that accepts a `seed`.
+    reads: a dict the caller keeps across calls so that each `jsonl:` file is read once
+      with the same options (e.g. the labels' read of train, train, a dev carved from
+      it); each call gets its own list and report.
     **options: passed to the reader (`box_policy`, `on_error`, ...).
 
   Raises:
@@ -191,7 +196,7 @@ def load_dataset(name: str, split: str, data_dir=None, *, dev_fraction: float | 
     return load_synthetic(split, **options)
   if name.startswith("jsonl:"):
     return _load_jsonl(name[len("jsonl:"):], split, dev_fraction=dev_fraction, seed=seed,
-                       **options)
+                       reads=reads, **options)
 
   list_ids, load = _reader(name)
   data_dir = Path(data_dir) if data_dir is not None else default_data_dir(name)
@@ -236,20 +241,31 @@ def _jsonl_split_file(spec: str, split: str) -> Path | None:
   return None
 
 
-def _load_jsonl(spec: str, split: str, *, dev_fraction, seed, **options):
+def _read_jsonl(path: Path, reads: dict | None, **options):
+  """`read_jsonl`, or its earlier result kept in `reads` (copied: callers carve and count)."""
   from flaxdoc.data.jsonl import read_jsonl
+  if reads is None:
+    return read_jsonl(path, **options)
+  key = (str(path.resolve()), repr(sorted(options.items())))
+  if key not in reads:
+    reads[key] = read_jsonl(path, **options)
+  docs, report = reads[key]
+  return list(docs), copy.deepcopy(report)
+
+
+def _load_jsonl(spec: str, split: str, *, dev_fraction, seed, reads=None, **options):
   files = {s: _jsonl_split_file(spec, s) for s in SPLITS}
   if split == "test" or files["dev"] is not None:
     if files[split] is None:
       raise DatasetNotFoundError(
           f"jsonl:{spec}: no {split!r} split. Expected a directory with {split}.jsonl or a "
           "path with a '{split}' placeholder (a single .jsonl file is the train split only)")
-    return read_jsonl(files[split], **options)
+    return _read_jsonl(files[split], reads, **options)
   if files["train"] is None:
     raise DatasetNotFoundError(
         f"jsonl:{spec}: no 'train' split to read {split!r} from. Expected a directory with "
         "train.jsonl, a path with a '{split}' placeholder, or a single .jsonl file")
-  docs, report = read_jsonl(files["train"], **options)
+  docs, report = _read_jsonl(files["train"], reads, **options)
   return _carve_loaded(spec, docs, report, split, dev_fraction, seed)
 
 

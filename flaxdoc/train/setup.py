@@ -34,16 +34,16 @@ class ConfigError(ValueError):
   """A setting the run cannot work with; the message names the flag that sets it."""
 
 
-def dataset_labels(name: str, options=None) -> tuple[str, ...]:
+def dataset_labels(name: str, options=None, reads: dict | None = None) -> tuple[str, ...]:
   """The entity labels of a dataset when `config.data.labels` is empty: the built-in set, or,
-  for `jsonl:PATH`, the `label_set`s of its train documents."""
+  for `jsonl:PATH`, the `label_set`s of its train documents (`reads`: see `load_documents`)."""
   if name == "synthetic":
     from flaxdoc.data.synthetic import LABELS, LABELS_WITH_KEYS  # pylint: disable=import-outside-toplevel
     return tuple(LABELS_WITH_KEYS if (options or {}).get("link_keys") else LABELS)
   if name in datasets.LABELS:
     return datasets.LABELS[name]
   check_dataset(name)
-  return jsonl_labels(name, options)
+  return jsonl_labels(name, options, reads)
 
 
 def check_dataset(name: str) -> None:
@@ -81,24 +81,25 @@ def reader_options(name: str, options=None) -> dict:
   return {k: v for k, v in options.items() if k not in dropped}
 
 
-def load_documents(name: str, split: str, data_dir=None, **options):
+def load_documents(name: str, split: str, data_dir=None, reads: dict | None = None, **options):
   """`datasets.load_dataset` with its options checked first against what the dataset's reader
-  takes (`datasets.option_names`): an unknown one is a `ConfigError` naming it."""
+  takes (`datasets.option_names`): an unknown one is a `ConfigError` naming it. Calls given
+  the same `reads` dict read a `jsonl:` file once (`datasets.load_dataset`)."""
   check_dataset(name)
   taken = datasets.option_names(name)
   unknown = [k for k in options if taken is not None and k not in taken]
   if unknown:
     raise ConfigError(f"config.data.dataset_options: the reader of dataset {name!r} takes no "
                       f"option {unknown[0]!r}; its options are {', '.join(taken)}")
-  return datasets.load_dataset(name, split, data_dir=data_dir, **options)
+  return datasets.load_dataset(name, split, data_dir=data_dir, reads=reads, **options)
 
 
-def jsonl_labels(name: str, options=None) -> tuple[str, ...]:
+def jsonl_labels(name: str, options=None, reads: dict | None = None) -> tuple[str, ...]:
   """The `label_set`s of a `jsonl:` dataset's train documents (all of them, no dev carved)
   merged in the order first seen: the tag ids follow this order, so the file fixes it."""
   options = reader_options(name, options)
   options["dev_fraction"] = 0.0  # every train document, whatever the run carves
-  docs, _ = load_documents(name, "train", **options)
+  docs, _ = load_documents(name, "train", reads=reads, **options)
   labels = {}
   for doc in docs:
     for label in doc.label_set or ():
@@ -182,6 +183,9 @@ class Experiment:
   linking: object = None  # a flaxdoc.train.linking.LinkingTask, or None (tagging only)
   restored_step: int | None = None  # the checkpoint step restore_for_inference restored
   _cache: dict = dataclasses.field(default_factory=dict, repr=False)
+  # jsonl: files as read (datasets.load_dataset's `reads`): the labels' read of the train
+  # file at create serves documents("train") and a carved dev too.
+  _reads: dict = dataclasses.field(default_factory=dict, repr=False)
 
   @classmethod
   def create(cls, config: ml_collections.ConfigDict) -> "Experiment":
@@ -189,12 +193,13 @@ class Experiment:
     # init_from=hf:DIR: the checkpoint's sizes and tokenizer; the only resolve of a run.
     config = hf_init.resolve_config(config)
     d = config.data
+    reads = {}
     tokenizer = tokenizers.load_tokenizer(d.tokenizer)
     if config.mode == "pretrain":
       labels = ()  # MLM needs no label set (user corpora often have none)
     else:
       labels = (tuple(d.labels) if d.get("labels") else
-                dataset_labels(d.dataset, d.get("dataset_options")))
+                dataset_labels(d.dataset, d.get("dataset_options"), reads))
       if not d.get("labels") and d.dataset.startswith("jsonl:"):
         # Read from the documents: kept in the run's config.json, so that eval, predict
         # and export use the same tag ids without the training file.
@@ -219,7 +224,7 @@ class Experiment:
     link_task = linking.LinkingTask.from_config(config, labels)
     if link_task is not None:
       model = model.clone(linking=link_task.spec)
-    return cls(config, tokenizer, fc, model, link_task)
+    return cls(config, tokenizer, fc, model, link_task, _reads=reads)
 
   # ------------------------------------------------------------------ data
   def documents(self, split: str) -> list[Document]:
@@ -227,7 +232,8 @@ class Experiment:
     options = reader_options(d.dataset, d.get("dataset_options"))
     if d.get("dev_fraction") is not None:  # 0: no dev split carved (the papers' protocol)
       options.setdefault("dev_fraction", float(d.dev_fraction))
-    docs, report = load_documents(d.dataset, split, d.get("data_dir") or None, **options)
+    docs, report = load_documents(d.dataset, split, d.get("data_dir") or None, self._reads,
+                                  **options)
     if jax.process_index() == 0:
       log.info("%s", report.summary())
     limit = d.get(f"max_{split}_docs")

@@ -278,6 +278,24 @@ def test_jsonl_labels_come_from_the_documents_and_are_saved_with_the_run(tmp_pat
     setup.dataset_labels("funds")
 
 
+def test_a_jsonl_train_file_is_read_once_at_setup(tmp_path, monkeypatch):
+  """The labels' read of the train file at create serves documents("train") and its dev."""
+  from flaxdoc.data import jsonl  # pylint: disable=import-outside-toplevel
+  path = tmp_path / "docs.jsonl"
+  name = _jsonl_dataset(path, [["total", "date"]] * 3 + [["date"]] * 5)
+  want = {s: datasets.load_dataset(name, s) for s in ("train", "dev")}  # each read on its own
+  reads, read_jsonl = [], jsonl.read_jsonl
+  monkeypatch.setattr(jsonl, "read_jsonl", lambda p, **o: reads.append(p) or read_jsonl(p, **o))
+  env = setup.Experiment.create(tiny_config(**{"data.dataset": name,
+                                               "data.dataset_options": {}}))
+  got = {s: env.documents(s) for s in ("train", "dev")}
+  assert reads == [path]
+  assert env.feature_config.labels == ("total", "date")
+  for s, (docs, _) in want.items():  # the same documents as reads of their own
+    assert [(d.id, d.words) for d in got[s]] == [(d.id, d.words) for d in docs], s
+  assert len(got["train"]) == 7 and len(got["dev"]) == 1
+
+
 def test_reader_options_leave_the_generators_out_and_name_an_unknown_one(tmp_path, caplog):
   name = _jsonl_dataset(tmp_path / "docs.jsonl", [["total"]] * 3)
   # What `:local` sets for the synthetic default, then the dataset switched by flag.
