@@ -55,8 +55,13 @@ def _digests(manager: ocp.CheckpointManager) -> _Digests:
 
 
 def make_manager(workdir: str, *, keep: int = 2, keep_best: bool = True,
-                 save_every: int = 1000, async_save: bool = True) -> ocp.CheckpointManager:
-  """A CheckpointManager in `WORKDIR/checkpoints` keeping the latest `keep` (+ best by F1)."""
+                 save_every: int = 1000, async_save: bool = True,
+                 create: bool = True) -> ocp.CheckpointManager:
+  """A CheckpointManager in `WORKDIR/checkpoints` keeping the latest `keep` (+ best by F1).
+
+  `create=False` (eval, predict, export: they only restore) leaves a missing folder missing,
+  so a mistyped workdir gets `finished_steps`' error and nothing on disk.
+  """
   policies: list[ocm.PreservationPolicy] = [ocm.LatestN(n=keep)]
   if keep_best:
     policies.append(ocm.BestN(get_metric_fn=lambda m: m.get(BEST_METRIC, float("-inf")), n=1,
@@ -65,7 +70,7 @@ def make_manager(workdir: str, *, keep: int = 2, keep_best: bool = True,
       save_interval_steps=max(int(save_every), 1),
       preservation_policy=ocm.AnyPreservationPolicy(policies),
       enable_async_checkpointing=async_save,
-      create=True,
+      create=create,
   )
   directory = checkpoint_dir(workdir)
   recovery.install_test_pause()
@@ -149,6 +154,16 @@ def latest_step(manager: ocp.CheckpointManager) -> int | None:
   return manager.latest_step()
 
 
+def finished_steps(manager: ocp.CheckpointManager) -> list[int]:
+  """The manager's committed steps; a `CheckpointError` naming its folder when there are none
+  (a missing or empty folder, or only a save that never finished)."""
+  steps = list(manager.all_steps())
+  if not steps:
+    raise recovery.CheckpointError(f"no finished checkpoint step in {manager.directory}: "
+                                   "nothing to restore (train first, or check --workdir)")
+  return steps
+
+
 def restore(manager: ocp.CheckpointManager, abstract_state: Any, step: int | None = None, *,
             move_damaged_newer: bool = False) -> tuple[Any, dict, dict]:
   """Restores (state, data_state, meta) at `step` (default: the newest step that restores).
@@ -163,11 +178,8 @@ def restore(manager: ocp.CheckpointManager, abstract_state: Any, step: int | Non
   """
   directory = str(manager.directory)
   if step is None:
-    steps = manager.all_steps()
-    if not steps:
-      raise recovery.CheckpointError(f"no finished checkpoint step in {directory}")
     _, restored = recovery.newest_good(
-        directory, steps, lambda s: _restore_step(manager, abstract_state, s),
+        directory, finished_steps(manager), lambda s: _restore_step(manager, abstract_state, s),
         fits=lambda s: recovery.check_fits(recovery.step_dir(directory, s), abstract_state),
         move_damaged_newer=move_damaged_newer, manager=manager)
     return restored
@@ -205,11 +217,9 @@ def restore_params_only(directory: str, abstract_params: Any, step: int | None =
   try:
     if step is not None:
       return read(step)
-    if not mngr.all_steps():
-      raise recovery.CheckpointError(f"no finished checkpoint step in {directory}")
     path = str(mngr.directory)
     return recovery.newest_good(
-        path, mngr.all_steps(), read,
+        path, finished_steps(mngr), read,
         fits=lambda s: recovery.check_fits(recovery.step_dir(path, s), target, subset=True))[1]
   finally:
     mngr.close()

@@ -26,7 +26,6 @@ from flaxdoc.train import checkpoint as ckpt_lib
 from flaxdoc.train import evaluate as eval_lib
 from flaxdoc.train import hf_init, linking, optimizer, setup
 from flaxdoc.train import sharding as sharding_lib
-from flaxdoc.train.checkpoint_recovery import CheckpointError
 from flaxdoc.train import state as state_lib
 from flaxdoc.train.input_pipeline import featurize_split
 
@@ -35,24 +34,26 @@ log = logging.getLogger(__name__)
 
 def restore_for_inference(config: ml_collections.ConfigDict, workdir: str):
   """(experiment, params, predict_fn) from the latest checkpoint in `workdir`."""
-  if not ckpt_lib.has_checkpoint(workdir):  # checked before the manager creates the folder
-    raise CheckpointError(f"no checkpoint in {ckpt_lib.checkpoint_dir(workdir)}: train first "
-                          f"(python -m flaxdoc.main --config=... --workdir={workdir})")
-  mesh = sharding_lib.make_mesh(dict(config.mesh.shape))
-  rules = sharding_lib.rules_from_config(config.mesh.get("rules"))
-  env = setup.Experiment.create(setup.with_the_runs_record(config, workdir))
-  config = env.config  # init_from=hf:DIR resolved once, by the experiment
-  oc = ml_collections.ConfigDict(config.optim.to_dict())
-  oc.total_steps = config.total_steps
-  tx, _ = optimizer.make_optimizer(oc, pretrained=hf_init.pretrained_mask(config))
-  init_fn = state_lib.make_init_fn(env.model, tx, env.example_batch(1))
-  boxed = jax.eval_shape(init_fn, jax.random.PRNGKey(0))
-  shardings = sharding_lib.logical_shardings(boxed, mesh, rules)
-  abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                          nn.unbox(boxed), shardings)
-  manager = ckpt_lib.make_manager(workdir, async_save=False)
-  state, _, meta = ckpt_lib.restore(manager, abstract)
-  manager.close()
+  # create=False: a mistyped workdir gets the manager's "no finished checkpoint step" error,
+  # before any setup work, and no folder is made for it.
+  manager = ckpt_lib.make_manager(workdir, async_save=False, create=False)
+  try:
+    ckpt_lib.finished_steps(manager)
+    mesh = sharding_lib.make_mesh(dict(config.mesh.shape))
+    rules = sharding_lib.rules_from_config(config.mesh.get("rules"))
+    env = setup.Experiment.create(setup.with_the_runs_record(config, workdir))
+    config = env.config  # init_from=hf:DIR resolved once, by the experiment
+    oc = ml_collections.ConfigDict(config.optim.to_dict())
+    oc.total_steps = config.total_steps
+    tx, _ = optimizer.make_optimizer(oc, pretrained=hf_init.pretrained_mask(config))
+    init_fn = state_lib.make_init_fn(env.model, tx, env.example_batch(1))
+    boxed = jax.eval_shape(init_fn, jax.random.PRNGKey(0))
+    shardings = sharding_lib.logical_shardings(boxed, mesh, rules)
+    abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                            nn.unbox(boxed), shardings)
+    state, _, meta = ckpt_lib.restore(manager, abstract)
+  finally:
+    manager.close()
   env.restored_step = int(meta.get("step", state.step))
   log.info("restored step %d from %s", env.restored_step, workdir)
   predict = jax.jit(state_lib.make_predict_fn(env.model))

@@ -338,10 +338,20 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path):
 def test_eval_or_predict_without_a_checkpoint_is_a_checkpoint_error_and_creates_nothing(tmp_path):
   from flaxdoc.train.checkpoint_recovery import CheckpointError
   workdir = tmp_path / "typo"
+  no_step = r"no finished checkpoint step in .*{}/checkpoints: nothing to restore \(train first"
   for run in (inference.run_eval, inference.run_predict):
-    with pytest.raises(CheckpointError, match=r"no checkpoint in .*typo/checkpoints: train first"):
+    with pytest.raises(CheckpointError, match=no_step.format("typo")):
       run(tiny_config(mode=run.__name__[4:]), str(workdir))
   assert not workdir.exists()
+  # An empty checkpoints folder, or one with only a save that never finished: the same error.
+  for name, inside in (("empty", ()), ("unfinished", ("3.orbax-checkpoint-tmp-1",))):
+    folder = tmp_path / name / "checkpoints"
+    folder.mkdir(parents=True)
+    for sub in inside:
+      (folder / sub).mkdir()
+    with pytest.raises(CheckpointError, match=no_step.format(name)):
+      inference.run_eval(tiny_config(mode="eval"), str(tmp_path / name))
+    assert sorted(p.name for p in folder.iterdir()) == list(inside)
 
 
 def test_a_resume_that_does_not_fit_leaves_the_runs_config_json(trained, tmp_path):
