@@ -47,6 +47,7 @@ import ml_collections
 import numpy as np
 
 from flaxdoc.models import hf_checkpoint
+from flaxdoc.train.config_error import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def hf_folder(init_from: str | None) -> str | None:
   if init_from and str(init_from).startswith(HF_PREFIX):
     folder = str(init_from)[len(HF_PREFIX):]
     if not folder:
-      raise ValueError("config.init_from='hf:' names no folder; expected hf:DIR")
+      raise ConfigError("config.init_from='hf:': names no folder; expected hf:DIR")
     return os.path.expanduser(folder)
   return None
 
@@ -162,7 +163,7 @@ def pretrained_mask(config: ml_collections.ConfigDict) -> Callable[[Any], Any] |
   if float(scale) == 1.0 and freeze == 0:
     return None
   if folder is None:
-    raise ValueError("config.optim.pretrained_lr_scale / freeze_pretrained_steps need "
+    raise ConfigError("config.optim.pretrained_lr_scale / freeze_pretrained_steps need "
                      "config.init_from=hf:DIR (they act on the imported parameters)")
   names = _mapped_names(folder)
 

@@ -38,6 +38,7 @@ from flaxdoc.data import linking as data_linking
 from flaxdoc.nn.linking import LinkingSpec
 from flaxdoc.train import objectives
 from flaxdoc.train import sharding as sharding_lib
+from flaxdoc.train.config_error import ConfigError
 from flaxdoc.train.input_pipeline import FeaturizedSplit, eval_batches
 
 TASKS = ("tagging", "linking", "tagging+linking")
@@ -49,7 +50,7 @@ LinkFn = Callable[[dict], np.ndarray]
 def task_of(config: ml_collections.ConfigDict) -> str:
   task = config.get("task", "tagging") or "tagging"
   if task not in TASKS:
-    raise ValueError(f"config.task must be one of {TASKS}, got {task!r}")
+    raise ConfigError(f"config.task={task!r}: must be one of {TASKS}")
   return task
 
 
@@ -74,14 +75,14 @@ class LinkingTask:
     lc = config.get("linking") or ml_collections.ConfigDict()
     dataset = config.data.dataset
     if config.data.get("block_shuffle") or config.data.get("neighbour_swap"):
-      raise ValueError(f"config.task={task!r}: block shuffling / neighbour swapping "
-                       "(config.data.block_shuffle, neighbour_swap) re-featurise windows "
-                       "without link arrays; set them to 0 for linking")
+      raise ConfigError(f"config.task={task!r}: block shuffling / neighbour swapping "
+                        "(config.data.block_shuffle, neighbour_swap) re-featurise windows "
+                        "without link arrays; set them to 0 for linking")
     pairs = lc.get("pairs") or data_linking.DEFAULT_PAIRS.get(dataset)
     if not pairs:
-      raise ValueError(f"config.task={task!r} on dataset {dataset!r}: set config.linking.pairs "
-                       f"('key_label:value_label,...'; defaults exist for "
-                       f"{sorted(data_linking.DEFAULT_PAIRS)})")
+      raise ConfigError(f"config.task={task!r} on dataset {dataset!r}: set config.linking.pairs "
+                        f"('key_label:value_label,...'; defaults exist for "
+                        f"{sorted(data_linking.DEFAULT_PAIRS)})")
     labels = tuple(labels)
     shapes = data_linking.LinkShapes(int(lc.get("max_entities", 96)),
                                      int(lc.get("max_values", 64)),
@@ -92,11 +93,12 @@ class LinkingTask:
       allowed = data_linking.parse_pairs(pairs, labels)
     except ValueError as e:
       if dataset == "synthetic" and not (config.data.get("dataset_options") or {}).get("link_keys"):
-        raise ValueError(f"config.task={task!r} on dataset 'synthetic': its documents carry key "
-                         "-> value relations (and 'key' entities) only with "
-                         "--config.data.dataset_options.link_keys=True (the config argument "
-                         f"task={task} sets it)") from e
-      raise
+        raise ConfigError(f"config.task={task!r} on dataset 'synthetic': its documents carry "
+                          "key -> value relations (and 'key' entities) only with "
+                          "--config.data.dataset_options.link_keys=True (the config argument "
+                          f"task={task} sets it)") from e
+      # parse_pairs' errors (data layer) name config.linking.pairs: one line in flaxdoc.main.
+      raise ConfigError(str(e)) from e
     return cls(task, dataset, labels, allowed, shapes, float(lc.get("weight", 1.0)), spec)
 
   @property
@@ -118,9 +120,9 @@ class LinkingTask:
       hint = (" (the synthetic generator writes them with "
               "--config.data.dataset_options.link_keys=True)" if self.dataset == "synthetic"
               else "")
-      raise ValueError(f"config.task={self.task!r} needs key -> value relations, but dataset "
-                       f"{self.dataset!r} split {split_name!r} has none that "
-                       f"config.linking.pairs allows{hint}")
+      raise ConfigError(f"config.task={self.task!r} needs key -> value relations, but dataset "
+                        f"{self.dataset!r} split {split_name!r} has none that "
+                        f"config.linking.pairs allows{hint}")
     return data_linking.add_link_arrays(
         split.documents, split.windows, split.window_doc,
         [d.entities or () for d in split.documents], rels, self.allowed, self.labels, self.shapes)
@@ -261,9 +263,9 @@ def document_pairs(task: LinkingTask, documents, split: FeaturizedSplit, tag_pre
     entities = []
     for d in documents:
       if d.entities is None:
-        raise ValueError(f"config.task='linking' predicts links between given entities, but "
-                         f"document {d.id!r} has none; train with task='tagging+linking' to "
-                         "link the entities the model finds")
+        raise ConfigError(f"config.task='linking' predicts links between given entities, but "
+                          f"document {d.id!r} has none; train with task='tagging+linking' to "
+                          "link the entities the model finds")
       entities.append([decode._make_entity(d, e.label, e.words, None)  # pylint: disable=protected-access
                        for e in d.entities])
   pairs = task.predicted_pairs(documents, split, entities, link_fn, batch_size)

@@ -15,6 +15,8 @@ import ml_collections
 import optax
 from flax import traverse_util
 
+from flaxdoc.train.config_error import ConfigError
+
 SCHEDULES = ("constant", "linear", "cosine")
 
 
@@ -32,7 +34,7 @@ def learning_rate_schedule(config: ml_collections.ConfigDict) -> optax.Schedule:
   warmup = min(warmup, total)
   kind = config.get("schedule", "linear")
   if kind not in SCHEDULES:
-    raise ValueError(f"config.optim.schedule must be one of {SCHEDULES}, got {kind!r}")
+    raise ConfigError(f"config.optim.schedule={kind!r}: must be one of {SCHEDULES}")
   end = lr * float(config.get("end_lr_fraction", 0.0))
   decay_steps = max(total - warmup, 1)
   if kind == "constant":
@@ -96,8 +98,8 @@ def scale_pretrained(pretrained: Callable, config: ml_collections.ConfigDict
   scale = 1.0 if scale is None else float(scale)
   freeze = int(config.get("freeze_pretrained_steps", 0) or 0)
   if scale < 0 or freeze < 0:
-    raise ValueError(f"config.optim.pretrained_lr_scale ({scale}) and freeze_pretrained_steps "
-                     f"({freeze}) must be >= 0")
+    raise ConfigError(f"config.optim.pretrained_lr_scale={scale} / freeze_pretrained_steps="
+                      f"{freeze}: must be >= 0")
 
   def init(params):
     del params
@@ -121,7 +123,7 @@ def _base_optimizer(config, schedule) -> optax.GradientTransformation:
                        weight_decay=float(config.get("weight_decay", 0.01)), mask=decay_mask)
   if name == "adam":
     return optax.adam(schedule, b1=b1, b2=b2, eps=eps)
-  raise ValueError(f"unknown optimiser {name!r}; expected 'adamw' or 'adam'")
+  raise ConfigError(f"config.optim.name={name!r}: unknown optimiser; expected 'adamw' or 'adam'")
 
 
 def global_norm(tree) -> jax.Array:

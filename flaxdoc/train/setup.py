@@ -25,13 +25,10 @@ from flaxdoc.data.features import FeatureConfig, batch_features, featurize
 from flaxdoc.train import checkpoint as ckpt_lib
 from flaxdoc.train import checkpoint_recovery
 from flaxdoc.train import hf_init, linking
+from flaxdoc.train.config_error import ConfigError
 from flaxdoc.train.input_pipeline import FeaturizedSplit, featurize_split
 
 log = logging.getLogger(__name__)
-
-
-class ConfigError(ValueError):
-  """A setting the run cannot work with; the message names the flag that sets it."""
 
 
 def dataset_labels(name: str, options=None, reads: dict | None = None) -> tuple[str, ...]:
@@ -113,6 +110,46 @@ def jsonl_labels(name: str, options=None, reads: dict | None = None) -> tuple[st
   return tuple(labels)
 
 
+def check_data(config: ml_collections.ConfigDict) -> None:
+  """`ConfigError`s naming the `config.data` flag for values the data readers would reject
+  with a bare ValueError (unaware of flags), before anything is read or compiled."""
+  d = config.data
+  check_dataset(d.dataset)
+  fractions = {"config.data.dev_fraction": d.get("dev_fraction"),
+               "config.data.dataset_options.dev_fraction":
+                   (d.get("dataset_options") or {}).get("dev_fraction")}
+  for flag, value in fractions.items():
+    if value is not None and not 0.0 <= _number(flag, value) < 1.0:
+      raise ConfigError(f"{flag}={value!r}: must be in [0, 1) (0: no dev split carved)")
+  for flag, value in (("train_split", d.get("train_split")), ("eval_split", d.get("eval_split"))):
+    if value not in datasets.SPLITS and not (flag == "eval_split" and not value):
+      raise ConfigError(f"config.data.{flag}={value!r}: must be one of {datasets.SPLITS}"
+                        + (" or '' (no evaluation)" if flag == "eval_split" else ""))
+  for key in ("mlm_rate", "lop_rate"):
+    value = d.get(key)
+    if value is not None and not 0.0 <= _number(f"config.data.{key}", value) <= 1.0:
+      raise ConfigError(f"config.data.{key}={value!r}: must be in [0, 1]")
+
+
+def _load_tokenizer(spec: str):
+  """`tokenizers.load_tokenizer` with its ValueErrors (a bad spec, an unreadable vocabulary)
+  as `ConfigError`s naming config.data.tokenizer; an `hf:` folder's own errors name it."""
+  from flaxdoc.data.hf_tokenizer import HFTokenizerError  # pylint: disable=import-outside-toplevel
+  try:
+    return tokenizers.load_tokenizer(spec)
+  except HFTokenizerError:
+    raise
+  except ValueError as e:
+    raise ConfigError(f"config.data.tokenizer={spec!r}: {e}") from e
+
+
+def _number(flag: str, value) -> float:
+  try:
+    return float(value)
+  except (TypeError, ValueError):
+    raise ConfigError(f"{flag}={value!r}: must be a number") from None
+
+
 def mlm_max_predictions(config: ml_collections.ConfigDict) -> int | None:
   """`config.data.mlm_max_predictions` resolved: the MLM targets per window and the
   positions the MLM head scores (None: every position, no cap)."""
@@ -120,10 +157,14 @@ def mlm_max_predictions(config: ml_collections.ConfigDict) -> int | None:
   value = d.get("mlm_max_predictions")
   if value is None:
     return masking.default_max_predictions(int(d.max_len), float(d.get("mlm_rate", 0.15)))
-  if isinstance(value, bool) or int(value) < 0:
-    raise ValueError(f"config.data.mlm_max_predictions must be None, 0 (no cap) or a positive "
-                     f"integer, got {value!r}")
-  return None if int(value) == 0 else min(int(value), int(d.max_len))
+  try:
+    count = None if isinstance(value, bool) else int(value)
+  except (TypeError, ValueError):
+    count = None
+  if count is None or count < 0:
+    raise ConfigError(f"config.data.mlm_max_predictions={value!r}: must be None, 0 (no cap) or "
+                      "a positive integer")
+  return None if count == 0 else min(count, int(d.max_len))
 
 
 def with_the_runs_record(config: ml_collections.ConfigDict,
@@ -192,9 +233,10 @@ class Experiment:
     from flaxdoc import models  # pylint: disable=import-outside-toplevel
     # init_from=hf:DIR: the checkpoint's sizes and tokenizer; the only resolve of a run.
     config = hf_init.resolve_config(config)
+    check_data(config)
     d = config.data
     reads = {}
-    tokenizer = tokenizers.load_tokenizer(d.tokenizer)
+    tokenizer = _load_tokenizer(d.tokenizer)
     if config.mode == "pretrain":
       labels = ()  # MLM needs no label set (user corpora often have none)
     else:
@@ -207,17 +249,26 @@ class Experiment:
         config.data.labels = labels
         d = config.data
     needs_graph = models.needs_graph(config.model)
-    fc = FeatureConfig(max_len=int(d.max_len), stride=d.get("stride"), split=d.get("split", "window"),
-                       scheme=d.get("scheme", "BIOES"),
-                       label_all_subtokens=d.get("label_all_subtokens", False), labels=labels,
-                       add_special_tokens=d.get("add_special_tokens", True), graph=needs_graph,
-                       graph_max_degree=d.get("graph_max_degree", 8),
-                       graph_variant=d.get("graph_variant", "ball_of_sight"))
-    model = models.build_model(config.model,
-                               vocab_size=hf_init.check_vocabulary(config, tokenizer),
-                               num_tags=max(fc.num_tags, 1), max_len=fc.max_len,
-                               pretraining=config.mode == "pretrain",
-                               dtype=config.get("dtype", "float32"))
+    try:  # FeatureConfig's ValueErrors are about its fields, each a config.data flag's value
+      fc = FeatureConfig(max_len=int(d.max_len), stride=d.get("stride"),
+                         split=d.get("split", "window"), scheme=d.get("scheme", "BIOES"),
+                         label_all_subtokens=d.get("label_all_subtokens", False), labels=labels,
+                         add_special_tokens=d.get("add_special_tokens", True), graph=needs_graph,
+                         graph_max_degree=d.get("graph_max_degree", 8),
+                         graph_variant=d.get("graph_variant", "ball_of_sight"))
+    except ValueError as e:
+      raise ConfigError(f"config.data: {e}") from e
+    vocab_size = hf_init.check_vocabulary(config, tokenizer)
+    if config.model.get("name") not in models.MODELS:
+      raise ConfigError(f"config.model.name={config.model.get('name')!r}: unknown model; "
+                        f"expected one of {sorted(models.MODELS)}")
+    try:  # build_model's ValueErrors name the config.model field that cannot work
+      model = models.build_model(config.model, vocab_size=vocab_size,
+                                 num_tags=max(fc.num_tags, 1), max_len=fc.max_len,
+                                 pretraining=config.mode == "pretrain",
+                                 dtype=config.get("dtype", "float32"))
+    except ValueError as e:
+      raise ConfigError(str(e)) from e
     if config.mode == "pretrain":
       model = model.clone(mlm_max_predictions=mlm_max_predictions(config))
     # Entity linking (config.task): a linking head on the encoder, link arrays on windows.

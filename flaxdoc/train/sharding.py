@@ -22,6 +22,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 # The batch axes ("data", "fsdp") are defined once, where the fused kernels split their
 # work by them (they run per batch shard); the trainer splits the batch the same way.
 from flaxdoc.nn.batch_parallel import BATCH_AXES
+from flaxdoc.train.config_error import ConfigError
 
 MESH_AXES = ("data", "fsdp", "tensor")
 
@@ -44,19 +45,20 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
 
 
 def mesh_shape(shape: dict[str, int], num_devices: int | None = None) -> tuple[int, ...]:
-  """Resolves one `-1` entry so the product equals the device count."""
+  """Resolves one `-1` entry so the product equals the device count (`shape` is what
+  `config.mesh.shape` sets: a `ConfigError` naming it when it cannot fit)."""
   num_devices = num_devices or jax.device_count()
   dims = [int(shape.get(a, 1)) for a in MESH_AXES]
   if dims.count(-1) > 1:
-    raise ValueError(f"at most one mesh axis may be -1, got {shape}")
+    raise ConfigError(f"config.mesh.shape={shape}: at most one axis may be -1")
   known = math.prod(d for d in dims if d != -1)
   if -1 in dims:
     if num_devices % known:
-      raise ValueError(f"mesh {shape} does not divide {num_devices} devices")
+      raise ConfigError(f"config.mesh.shape={shape}: does not divide {num_devices} devices")
     dims[dims.index(-1)] = num_devices // known
   if math.prod(dims) != num_devices:
-    raise ValueError(f"mesh {dict(zip(MESH_AXES, dims))} uses {math.prod(dims)} devices, "
-                     f"but {num_devices} are available")
+    raise ConfigError(f"config.mesh.shape={shape}: mesh {dict(zip(MESH_AXES, dims))} uses "
+                      f"{math.prod(dims)} devices, but {num_devices} are available")
   return tuple(dims)
 
 

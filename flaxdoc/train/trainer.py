@@ -80,6 +80,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   log.info("mesh %s over %d devices (%d processes)", dict(mesh.shape), jax.device_count(),
            jax.process_count())
 
+  # Before the data: a bad optimiser setting (a ConfigError) is named before minutes of
+  # featurising.
+  tx, schedule = optimizer.make_optimizer(_optim_config(config),
+                                          pretrained=hf_init.pretrained_mask(config))
+
   # --- data
   train_split = env.featurized(config.data.train_split, progress=True)
   eval_split = (env.featurized(config.data.eval_split, progress=True)
@@ -88,8 +93,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
            len(train_split.windows), train_split.num_tokens)
 
   # --- model and state
-  tx, schedule = optimizer.make_optimizer(_optim_config(config),
-                                          pretrained=hf_init.pretrained_mask(config))
   model = env.model
   example = env.example_batch(1)
   init_fn = state_lib.make_init_fn(model, tx, example)

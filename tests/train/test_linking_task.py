@@ -28,7 +28,7 @@ def test_config_task_and_linking_defaults():
   assert config.task == "tagging+linking" and config.data.dataset_options.link_keys
   assert config.linking.pooling == "first" and config.linking.weight == 1.0
   assert tiny_config().task == "tagging"
-  with pytest.raises(ValueError, match="config.task must be one of"):
+  with pytest.raises(setup.ConfigError, match=r"config.task='kv': must be one of"):
     linking.task_of(tiny_config(arg="local,task=kv"))
 
 

@@ -335,6 +335,45 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path):
   assert "invalid JSON" in errors[0]
 
 
+@pytest.mark.parametrize("flag, message", [
+    # data/ raises a bare ValueError for it (unaware of flags): setup checks it first.
+    ("--config.data.dev_fraction=1.5", "config.data.dev_fraction=1.5: must be in [0, 1)"),
+    # train/optimizer, made before the data is featurised.
+    ("--config.optim.schedule=cosin", "config.optim.schedule='cosin': must be one of"),
+])
+def test_a_setting_that_cannot_work_is_one_line_through_main(tmp_path, flag, message):
+  out = _run_main(tmp_path / "w", flag)
+  assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+  errors = [l for l in out.stderr.splitlines() if l.startswith("flaxdoc: error:")]
+  assert len(errors) == 1 and message in errors[0], out.stderr[-3000:]
+  assert not (tmp_path / "w" / "checkpoints").exists()
+
+
+def test_settings_the_lower_layers_reject_are_config_errors_naming_the_flag():
+  """Each is a ConfigError (one line in flaxdoc.main) raised before any compilation."""
+  from flaxdoc.train import optimizer, sharding  # pylint: disable=import-outside-toplevel
+  cases = {
+      "data.dataset_options": ({"dev_fraction": -0.1},
+                               "config.data.dataset_options.dev_fraction=-0.1: must be in"),
+      "data.eval_split": ("valid", "config.data.eval_split='valid': must be one of"),
+      "data.mlm_rate": (2.0, "config.data.mlm_rate=2.0: must be in [0, 1]"),
+      "data.max_len": (2, "config.data: FeatureConfig.max_len=2 leaves no room"),
+      "data.tokenizer": ("wordpiece", "config.data.tokenizer='wordpiece': tokenizer spec"),
+      "model.name": ("formnit", "config.model.name='formnit': unknown model"),
+      "model.num_heads": (5, "config.model.num_heads (formnet): width 32 is not divisible"),
+  }
+  for key, (value, message) in cases.items():
+    with pytest.raises(setup.ConfigError) as info:
+      setup.Experiment.create(tiny_config(**{key: value}))
+    assert str(info.value).startswith(message), (key, str(info.value))
+  with pytest.raises(setup.ConfigError, match=r"config.data.mlm_max_predictions=-3: must be"):
+    setup.mlm_max_predictions(tiny_config(mode="pretrain", **{"data.mlm_max_predictions": -3}))
+  with pytest.raises(setup.ConfigError, match=r"config.mesh.shape=\{'data': 3\}: mesh"):
+    sharding.mesh_shape({"data": 3}, 1)
+  with pytest.raises(setup.ConfigError, match=r"config.optim.name='sgd': unknown optimiser"):
+    optimizer.make_optimizer(tiny_config(**{"optim.name": "sgd", "optim.total_steps": 6}).optim)
+
+
 def test_eval_or_predict_without_a_checkpoint_is_a_checkpoint_error_and_creates_nothing(tmp_path):
   from flaxdoc.train.checkpoint_recovery import CheckpointError
   workdir = tmp_path / "typo"
