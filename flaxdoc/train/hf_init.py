@@ -13,7 +13,8 @@ Three things happen, so that no other flag is needed:
    smaller of the variant's and the checkpoint's ("the checkpoint's depth wins when
    smaller"); FormNet's GCN depth follows it. `data.tokenizer` becomes `hf:DIR`
    unless set. Every change is logged, and the written `WORKDIR/config.json` holds
-   `init_from` and the resolved sizes and tokenizer: export reads it, and eval /
+   `init_from` (made absolute first, `setup.absolute_paths`) and the resolved sizes and
+   tokenizer: export reads it, and eval /
    predict / resume take the run's `init_from` from it when the command names none
    (`flaxdoc.train.setup.with_the_runs_record`).
 2. `import_params` (after initialisation, not on resume): the checkpoint's tensors

@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import json
 import logging
+import os
 
 import jax
 import ml_collections
@@ -150,6 +151,31 @@ def _number(flag: str, value) -> float:
     raise ConfigError(f"{flag}={value!r}: must be a number") from None
 
 
+def absolute_paths(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`config` with a relative `init_from=hf:DIR` and `data.dataset=jsonl:PATH` made absolute
+  (against the current directory), logged: the run's config.json records them so, and eval,
+  predict, export and a resume find them from any directory. A copy; `config` itself when
+  nothing is relative. A record written before (relative paths) still works from the
+  directory it was written in: its paths are resolved here, as they always were."""
+  changes = {}  # flag -> (as given, absolute)
+  folder = hf_init.hf_folder(config.get("init_from"))
+  if folder is not None and not ckpt_lib.is_remote(folder) and not os.path.isabs(folder):
+    changes["init_from"] = (config.init_from, f"{hf_init.HF_PREFIX}{os.path.abspath(folder)}")
+  dataset = config.data.get("dataset") or ""
+  spec = dataset[len("jsonl:"):]
+  if (dataset.startswith("jsonl:") and spec and not ckpt_lib.is_remote(spec)
+      and not os.path.isabs(spec)):  # the reader opens `spec` as given: relative to here
+    changes["data.dataset"] = (dataset, f"jsonl:{os.path.abspath(spec)}")
+  if not changes:
+    return config
+  out = copy.deepcopy(config)
+  out.update_from_flattened_dict({k: new for k, (_, new) in changes.items()})
+  if jax.process_index() == 0:
+    log.info("relative paths made absolute, as the run's config.json records them: %s",
+             ", ".join(f"config.{k}={old} -> {new}" for k, (old, new) in changes.items()))
+  return out
+
+
 def mlm_max_predictions(config: ml_collections.ConfigDict) -> int | None:
   """`config.data.mlm_max_predictions` resolved: the MLM targets per window and the
   positions the MLM head scores (None: every position, no cap)."""
@@ -173,7 +199,9 @@ def with_the_runs_record(config: ml_collections.ConfigDict,
   eval, predict or a resume restores (a copy; `config` itself when nothing is taken):
 
   * where the command names no `init_from` and the run started from `hf:DIR`: that
-    `init_from` (the model gets the checkpoint's sizes and tokenizer again) and the recipe
+    `init_from` (the model gets the checkpoint's sizes and tokenizer again; absolute in
+    records written since `absolute_paths`, an older record's relative one is resolved
+    against the current directory by `Experiment.create`) and the recipe
     options that shape its optimiser state (`optim.pretrained_lr_scale`,
     `optim.freeze_pretrained_steps`);
   * where the command names no `data.labels` and the record has some (a `jsonl:` run's,
@@ -232,7 +260,7 @@ class Experiment:
   def create(cls, config: ml_collections.ConfigDict) -> "Experiment":
     from flaxdoc import models  # pylint: disable=import-outside-toplevel
     # init_from=hf:DIR: the checkpoint's sizes and tokenizer; the only resolve of a run.
-    config = hf_init.resolve_config(config)
+    config = hf_init.resolve_config(absolute_paths(config))
     check_data(config)
     d = config.data
     reads = {}

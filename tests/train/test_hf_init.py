@@ -317,6 +317,19 @@ def test_eval_predict_and_resume_take_the_runs_record(tmp_path, caplog):
     assert f"{record}: unreadable" in caplog.text, text
 
 
+@needs_minilm
+def test_a_relative_hf_path_is_used_and_recorded_absolute(tmp_path, monkeypatch):
+  from flaxdoc.train import setup, trainer  # pylint: disable=import-outside-toplevel
+  monkeypatch.chdir(MINILM.parent)
+  folder = os.path.join(os.getcwd(), MINILM.name)
+  env = setup.Experiment.create(tiny_config(init_from=f"hf:{MINILM.name}"))
+  assert env.config.init_from == env.config.data.tokenizer == f"hf:{folder}"
+  assert env.config.model.width == 384
+  trainer.save_config(env.config, str(tmp_path))
+  saved = json.loads((tmp_path / "config.json").read_text())
+  assert saved["init_from"] == saved["data"]["tokenizer"] == f"hf:{folder}"
+
+
 def test_dev_fraction_zero_carves_no_dev_split(tmp_path):
   assert datasets.dev_size("funsd", 149, 0.0) == 0
   assert datasets.dev_size("funsd", 149) == 20

@@ -296,6 +296,33 @@ def test_a_jsonl_train_file_is_read_once_at_setup(tmp_path, monkeypatch):
   assert len(got["train"]) == 7 and len(got["dev"]) == 1
 
 
+def test_relative_jsonl_and_hf_paths_are_recorded_absolute(tmp_path, monkeypatch, caplog):
+  """So eval, predict, export and a resume find them from any directory."""
+  _jsonl_dataset(tmp_path / "docs.jsonl", [["total"]] * 3)
+  monkeypatch.chdir(tmp_path)
+  here = os.getcwd()
+  with caplog.at_level("INFO"):
+    env = setup.Experiment.create(tiny_config(**{"data.dataset": "jsonl:docs.jsonl",
+                                                 "data.dataset_options": {}}))
+  absolute = f"jsonl:{os.path.join(here, 'docs.jsonl')}"
+  assert env.config.data.dataset == absolute and env.feature_config.labels == ("total",)
+  assert f"config.data.dataset=jsonl:docs.jsonl -> {absolute}" in caplog.text
+  trainer.save_config(env.config, "run")
+  assert json.loads((tmp_path / "run" / "config.json").read_text())["data"]["dataset"] == absolute
+  config = tiny_config(init_from="hf:models/minilm")
+  assert setup.absolute_paths(config).init_from == f"hf:{os.path.join(here, 'models/minilm')}"
+  assert config.init_from == "hf:models/minilm"  # the caller's config is left as it was
+  for given in ("hf:/models/minilm", "/tmp/pretrain_run", "", "jsonl:/data/{split}.jsonl"):
+    config = tiny_config(init_from=given) if given[:6] != "jsonl:" else tiny_config(
+        **{"data.dataset": given})
+    assert setup.absolute_paths(config) is config, given
+  # A record written before (a relative hf: path) is taken as it is and resolved here.
+  (tmp_path / "run" / "config.json").write_text(json.dumps({"init_from": "hf:models/minilm"}))
+  taken = setup.with_the_runs_record(tiny_config(), "run")
+  assert taken.init_from == "hf:models/minilm"
+  assert setup.absolute_paths(taken).init_from == f"hf:{os.path.join(here, 'models/minilm')}"
+
+
 def test_reader_options_leave_the_generators_out_and_name_an_unknown_one(tmp_path, caplog):
   name = _jsonl_dataset(tmp_path / "docs.jsonl", [["total"]] * 3)
   # What `:local` sets for the synthetic default, then the dataset switched by flag.
