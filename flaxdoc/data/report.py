@@ -15,6 +15,8 @@ log = logging.getLogger(__name__)
 # Where a page's words came from, in `LoadReport.page_sources`: the PDF's own text
 # layer, or else the name of the OCR engine that read the page's picture.
 TEXT_LAYER = "text layer"
+# Documents with OCR'd pages a mixed summary names one by one.
+MAX_LISTED_DOCUMENTS = 20
 
 
 def describe_page_sources(sources) -> str:
@@ -82,9 +84,15 @@ class LoadReport:
     if self.page_sources:
       every = [s for sources in self.page_sources.values() for s in sources]
       lines.append(f"  words from: {describe_page_sources(every)}")
-      if len(set(every)) > 1:  # mixed: say which document's pages were OCR'd
-        for doc_id, sources in self.page_sources.items():
+      if len(set(every)) > 1:  # mixed: say which documents' pages were OCR'd
+        ocrd = [(d, s) for d, s in self.page_sources.items() if set(s) != {TEXT_LAYER}]
+        # The first few by name (a corpus of thousands would drown the log); the count says
+        # how many more.
+        for doc_id, sources in ocrd[:MAX_LISTED_DOCUMENTS]:
           lines.append(f"    {doc_id}: {describe_page_sources(sources)}")
+        if len(ocrd) > MAX_LISTED_DOCUMENTS:
+          lines.append(f"    ... and {len(ocrd) - MAX_LISTED_DOCUMENTS} more documents with "
+                       "OCR'd pages")
     return "\n".join(lines)
 
   def __str__(self) -> str:

@@ -164,6 +164,18 @@ def test_pages_say_where_their_words_came_from(tmp_path, monkeypatch, caplog):
   assert "mixed: 2 pages: 1 from the PDF's text layer, 1 by tesseract" in summary
   assert "photo: 1 page, by tesseract" in summary
   assert "ocr:tesseract" not in summary
+  # A large mixed corpus names the first documents with OCR'd pages, then counts the rest;
+  # documents read wholly from their text layer are in the total only.
+  from flaxdoc.data import report as report_lib  # pylint: disable=import-outside-toplevel
+  big = report_lib.LoadReport("big")
+  for k in range(report_lib.MAX_LISTED_DOCUMENTS + 5):
+    big.record_page_sources(f"scan{k}", ["tesseract"])
+  big.record_page_sources("typed", ["text layer"])
+  lines = big.summary().splitlines()
+  assert f"    scan{report_lib.MAX_LISTED_DOCUMENTS - 1}: 1 page, by tesseract" in lines
+  assert not any(line.startswith(("    typed", f"    scan{report_lib.MAX_LISTED_DOCUMENTS}:"))
+                 for line in lines)
+  assert lines[-1] == "    ... and 5 more documents with OCR'd pages"
   # Without a report the log says it, for a read from the cache too.
   with caplog.at_level(logging.INFO, "flaxdoc.data.ocr.reader"):
     for _ in range(2):
