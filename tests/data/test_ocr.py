@@ -210,6 +210,16 @@ def test_encrypted_pdf_on_the_command_line(tmp_path, monkeypatch, capsys):
   assert len(written) == 2  # the JSON Lines and the cache file
   for f in written:
     assert b"s3cret" not in f.read_bytes(), f
+  # In Python, by argument: a path's or a file name's password; a wrong one is an error
+  # naming the file (the environment's is not tried after a given one).
+  monkeypatch.delenv("FLAXDOC_PDF_PASSWORD")
+  for passwords in ({str(locked): "s3cret-77"}, {"locked.pdf": "s3cret-77"}):
+    docs, report = read_documents([locked], engine="tesseract", progress=False,
+                                  passwords=passwords)
+    assert docs[0].words == ("Typed", "invoice", "4711", "scanned") and report.loaded == 1
+  monkeypatch.setenv("FLAXDOC_PDF_PASSWORD", "s3cret-77")
+  with pytest.raises(DocumentError, match="locked.pdf.*password given is wrong"):
+    read_document(locked, engine="tesseract", password="wrong")
 
 
 # ----------------------------------------------------------------------------- errors

@@ -81,12 +81,13 @@ def image_frames(path: str | os.PathLike) -> Iterator:
                         "the file is probably truncated or corrupt", source=source) from None
 
 
-def open_pdf(path: str | os.PathLike):
-  """A `pypdfium2.PdfDocument`, after `flaxdoc.data.pdf`'s checks (errors name the file)."""
+def open_pdf(path: str | os.PathLike, password: str | None = None):
+  """A `pypdfium2.PdfDocument`, after `flaxdoc.data.pdf`'s checks (errors name the file);
+  an encrypted one with `password`, else `$FLAXDOC_PDF_PASSWORD` (`pdf.open_pdf`)."""
   pdfium = pdf_lib.import_pdfium()
   source = os.fspath(path)
   pdf_lib.check_file(Path(path), source)
-  return pdf_lib.open_pdf(pdfium, Path(path), None, source)
+  return pdf_lib.open_pdf(pdfium, Path(path), password, source)
 
 
 def render_pdf_page(pdf, index: int, dpi: float):

@@ -99,7 +99,7 @@ class _Builder:
 
 def read_document(path: str | os.PathLike, *, engine: str = DEFAULT_ENGINE,
                   dpi: float = DEFAULT_DPI, doc_id: str | None = None, cache_dir=None,
-                  report: LoadReport | None = None) -> Document:
+                  report: LoadReport | None = None, password: str | None = None) -> Document:
   """Reads one image or PDF file into an unlabelled `Document` (see the module doc).
 
   Args:
@@ -110,6 +110,8 @@ def read_document(path: str | os.PathLike, *, engine: str = DEFAULT_ENGINE,
     cache_dir: if given, OCR results are cached there (`flaxdoc.data.ocr.cache`).
     report: where pages without text, and where each page's words came from (the
       PDF's text layer or `engine`), are recorded (else they are logged).
+    password: the password of an encrypted PDF (default: `$FLAXDOC_PDF_PASSWORD`,
+      as `flaxdoc.data.pdf.read_pdf`); never logged, cached or reported.
 
   Raises:
     DocumentError: naming the file: unsupported format, unreadable image or PDF,
@@ -129,7 +131,7 @@ def read_document(path: str | os.PathLike, *, engine: str = DEFAULT_ENGINE,
       return cached[0]
   built = _Builder()
   if kind == "pdf":
-    _read_pdf_pages(path, source, doc_id, engine, float(dpi), built)
+    _read_pdf_pages(path, source, doc_id, engine, float(dpi), built, password)
   else:
     for k, frame in pages_lib.image_frames(path):
       w, h = frame.size
@@ -162,17 +164,17 @@ def _record_sources(report: LoadReport | None, source: str, doc_id: str, sources
 
 
 def _read_pdf_pages(path: Path, source: str, doc_id: str, engine: str, dpi: float,
-                    built: _Builder):
+                    built: _Builder, password: str | None):
   """Pages with a text layer from it (`read_pdf`), the others rendered and OCR'd."""
   text_report = LoadReport(source)
   try:
-    text = pdf_lib.read_pdf(path, doc_id=doc_id, report=text_report)
+    text = pdf_lib.read_pdf(path, doc_id=doc_id, report=text_report, password=password)
     without_text = set(text_report.stats.get("pages_without_text", {}).get(doc_id, []))
   except DocumentError as e:
     if "no text layer" not in str(e):
       raise  # corrupt, truncated, encrypted...: not something OCR can help with
     text, without_text = None, None
-  pdf = pages_lib.open_pdf(path)
+  pdf = pages_lib.open_pdf(path, password)
   try:
     # read_pdf numbers pages with text 0.. in file order, skipping none: its page k is file page k.
     for k in range(len(pdf)):
@@ -191,13 +193,16 @@ def _read_pdf_pages(path: Path, source: str, doc_id: str, engine: str, dpi: floa
 
 def read_documents(paths: Iterable[str | os.PathLike], *, engine: str = DEFAULT_ENGINE,
                    dpi: float = DEFAULT_DPI, on_error: str = "skip", cache_dir=None,
-                   progress: bool = True) -> tuple[list[Document], LoadReport]:
+                   progress: bool = True, passwords: dict[str, str] | None = None
+                   ) -> tuple[list[Document], LoadReport]:
   """Reads several image/PDF files: `(documents, report)`; failures are recorded per file.
 
   `on_error="skip"` (default) records a file that fails in
   `report.skipped_documents` with the reason (unsupported format, unreadable
   image, no text found, ...) and goes on; "raise" re-raises. Ids are file names
-  without extension; a repeated name gets the full path as id.
+  without extension; a repeated name gets the full path as id. `passwords` maps a
+  path (as given) or a file name to an encrypted PDF's password, as `read_pdfs` does;
+  files without one get `$FLAXDOC_PDF_PASSWORD`.
   """
   if on_error not in ON_ERROR:
     raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
@@ -208,10 +213,12 @@ def read_documents(paths: Iterable[str | os.PathLike], *, engine: str = DEFAULT_
   # how many pages each source gave (`LoadReport.page_sources`).
   files = f"{len(paths)} file" + ("" if len(paths) == 1 else "s")
   report = LoadReport(f"{files} (PDF text layer where there is one, else OCR by {engine})")
+  passwords = passwords or {}
 
   def read_one(p, doc_id, report):
+    password = passwords.get(os.fspath(p), passwords.get(Path(p).name))
     return read_document(p, engine=engine, dpi=dpi, doc_id=doc_id, cache_dir=cache_dir,
-                         report=report)
+                         report=report, password=password)
 
   docs = read_files(_progress(paths, progress, engine), read_one, report, on_error)
   return docs, report
