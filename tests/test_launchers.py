@@ -320,6 +320,26 @@ def test_pod_copy_archive_holds_the_working_tree(tmp_path):
   assert not (tmp_path / "flaxdoc-src-my-pod.tar.gz").exists()
 
 
+def test_pod_copy_packs_a_git_worktree_with_git(tmp_path, trap_bin):
+  """In a `git worktree` (or a submodule) .git is a file: git still lists what to pack."""
+  if shutil.which("git") is None:
+    pytest.skip("needs git")
+  repo, tree = tmp_path / "repo", tmp_path / "tree"
+  (repo / "launch" / "tpu").mkdir(parents=True)
+  shutil.copy2(POD, repo / "launch" / "tpu" / "pod.sh")
+  git_env = _base_env(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+                      GIT_COMMITTER_EMAIL="t@t")
+  for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "x"],
+               ["worktree", "add", "-q", str(tree)]):
+    subprocess.run(["git", *args], cwd=repo, env=git_env, check=True, capture_output=True)
+  assert (tree / ".git").is_file()
+  proc = _sh(tree / "launch" / "tpu" / "pod.sh", "copy", *POD_FLAGS, "--dry-run",
+             env=_env_with_path(trap_bin))
+  pack = _commands(proc.stdout)[0]
+  assert pack[:5] == ["git", "-C", str(tree), "ls-files", "-z"]
+  _assert_nothing_ran(tmp_path)
+
+
 def test_pod_run_starts_setup_and_run_on_all_workers(tmp_path, trap_bin):
   odd = "--config.predict.input=it's a file.jsonl"  # quoting must survive two shells
   proc = _sh(POD, "run", *POD_FLAGS, "--config", "configs/formnet_a2.py:mode=pretrain",

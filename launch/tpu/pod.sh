@@ -130,12 +130,17 @@ describe_slice() {
     "(the product of --config.mesh.shape.*)"
 }
 
+# A git checkout, including a `git worktree` or a submodule, where .git is a file.
+in_git_checkout() {
+  [[ -e "${ROOT}/.git" ]] && command -v git >/dev/null 2>&1
+}
+
 # Packs the repository's tracked and untracked-but-not-ignored files (what
 # `git status` would show: no .venv, no caches) into a tar.gz.
 make_source_archive() {
   local archive="$1"
   if [[ "${DRY_RUN}" == 1 ]]; then
-    if [[ -d "${ROOT}/.git" ]]; then
+    if in_git_checkout; then
       printf '+ %s | %s\n' \
         "$(shell_quote git -C "${ROOT}" ls-files -z --cached --others --exclude-standard)" \
         "$(shell_quote tar -C "${ROOT}" --null --files-from=- --ignore-failed-read \
@@ -146,7 +151,7 @@ make_source_archive() {
     fi
     return 0
   fi
-  if [[ -d "${ROOT}/.git" ]]; then
+  if in_git_checkout; then
     # --ignore-failed-read: files deleted in the working tree but still in the index.
     git -C "${ROOT}" ls-files -z --cached --others --exclude-standard \
       | tar -C "${ROOT}" --null --files-from=- --ignore-failed-read -czf "${archive}"
