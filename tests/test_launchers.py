@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -375,11 +376,32 @@ def test_pod_run_detached_logs_on_each_worker(tmp_path, trap_bin):
              "--venv", "/opt/venv", "--detach", "--dry-run", env=_env_with_path(trap_bin))
   (cmd,) = _commands(proc.stdout)
   command = _flags(cmd)["--command"]
+  # One nohup'd shell runs the whole line, its output in the log: the worker's shell
+  # returns at once (`cd x && nohup y > log &` would keep ssh's output open until y ends).
   assert command.endswith(" > ~/flaxdoc-run.log 2>&1 < /dev/null &")
   words = shlex.split(command.removesuffix(" > ~/flaxdoc-run.log 2>&1 < /dev/null &"))
-  assert words == ["cd", "flaxdoc", "&&", "nohup", "bash", "launch/tpu/setup_and_run.sh",
-                   "--venv", "/opt/venv", "--", "--config=configs/x.py", "--workdir=gs://b/r",
-                   "--multihost"]
+  assert words[:3] == ["nohup", "bash", "-c"] and len(words) == 4
+  assert shlex.split(words[3]) == [
+      "cd", "flaxdoc", "&&", "bash", "launch/tpu/setup_and_run.sh", "--venv", "/opt/venv", "--",
+      "--config=configs/x.py", "--workdir=gs://b/r", "--multihost"]
+  home = tmp_path / "home"
+  (home / "flaxdoc" / "launch" / "tpu").mkdir(parents=True)
+  (home / "flaxdoc" / "launch" / "tpu" / "setup_and_run.sh").write_text(
+      'sleep 30 & echo "$!" > started; echo "args: $*"\n')
+  worker = subprocess.Popen([BASH, "-c", command], env=_base_env(HOME=str(home)), cwd=home,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  try:
+    out, _ = worker.communicate(timeout=20)  # returns although the "run" goes on
+  finally:
+    worker.kill()
+  assert out == b""
+  for _ in range(200):
+    if "args:" in (home / "flaxdoc-run.log").read_text():
+      break
+    time.sleep(0.05)
+  assert (home / "flaxdoc-run.log").read_text() == (
+      "args: --venv /opt/venv -- --config=configs/x.py --workdir=gs://b/r --multihost\n")
+  os.kill(int((home / "flaxdoc" / "started").read_text()), 9)
 
 
 def test_pod_delete_asks_unless_yes(tmp_path, trap_bin):

@@ -62,7 +62,8 @@ run:
   --workdir gs://...        checkpoints, metrics and predictions (must be on GCS)
   --data-dir gs://...       passed as --config.data.data_dir
   --venv DIR                virtualenv on the workers (default: ~/flaxdoc_venv)
-  --detach                  run under nohup, logging to ~/flaxdoc-run.log on each worker
+  --detach                  return at once: setup and run go on under nohup,
+                            logging to ~/flaxdoc-run.log on each worker
 delete:
   --yes                     do not ask for confirmation (gcloud --quiet)
 EOF
@@ -304,9 +305,10 @@ cmd_run() {
   local remote
   remote="cd $(shell_quote "${remote_dir}") && $(shell_quote "${setup[@]}" -- "${main[@]}")"
   if [[ "${detach}" == 1 ]]; then
-    # The log name is literal text for the worker's shell, where ~ expands.
-    remote="cd $(shell_quote "${remote_dir}") && nohup $(shell_quote "${setup[@]}" -- \
-      "${main[@]}") > ~/flaxdoc-run.log 2>&1 < /dev/null &"
+    # One nohup'd shell for the whole line: it outlives the ssh session and holds none
+    # of its output open, so gcloud returns at once. The log name is literal text for
+    # the worker's shell, where ~ expands.
+    remote="nohup bash -c $(shell_quote "${remote}") > ~/flaxdoc-run.log 2>&1 < /dev/null &"
   fi
   run gcloud compute tpus tpu-vm ssh "${name}" "${common[@]}" --worker=all "--command=${remote}"
 }
