@@ -343,9 +343,9 @@ def test_pod_copy_packs_a_git_worktree_with_git(tmp_path, trap_bin):
 
 def test_pod_run_starts_setup_and_run_on_all_workers(tmp_path, trap_bin):
   odd = "--config.predict.input=it's a file.jsonl"  # quoting must survive two shells
-  proc = _sh(POD, "run", *POD_FLAGS, "--config", "configs/formnet_a2.py:mode=pretrain",
+  proc = _sh(POD, "run", *POD_FLAGS, "--config", "configs/formnet_a2.py:dataset=funsd",
              "--workdir", "gs://my-bucket/runs/v4-32", "--data-dir",
-             "gs://my-bucket/datasets/funsd", "--dry-run", "--",
+             "gs://my-bucket/datasets/funsd/", "--dry-run", "--",
              "--config.mesh.shape.data=-1", "--config.batch_size=512", odd,
              env=_env_with_path(trap_bin))
   (cmd,) = _commands(proc.stdout)
@@ -354,20 +354,39 @@ def test_pod_run_starts_setup_and_run_on_all_workers(tmp_path, trap_bin):
   assert flags["--worker"] == "all"
   assert flags["--zone"] == "us-central2-b" and flags["--project"] == "my-proj"
   remote = shlex.split(flags["--command"])
-  main_args = ["--config=configs/formnet_a2.py:mode=pretrain",
+  # The dataset readers read local files: each worker syncs the GCS folder into its home.
+  main_args = ["--config=configs/formnet_a2.py:dataset=funsd",
                "--workdir=gs://my-bucket/runs/v4-32",
-               "--multihost", "--config.data.data_dir=gs://my-bucket/datasets/funsd",
+               "--multihost", "--config.data.data_dir=$HOME/flaxdoc_data/funsd",
                "--config.mesh.shape.data=-1", "--config.batch_size=512", odd]
-  assert remote == ["cd", "flaxdoc", "&&", "bash", "launch/tpu/setup_and_run.sh", "--", *main_args]
+  assert remote == ["mkdir", "-p", "flaxdoc_data/funsd", "&&", "gcloud", "storage", "rsync",
+                    "--recursive", "gs://my-bucket/datasets/funsd/", "flaxdoc_data/funsd", "&&",
+                    "cd", "flaxdoc", "&&", "bash", "launch/tpu/setup_and_run.sh", "--",
+                    *main_args]
   _assert_nothing_ran(tmp_path)
 
-  # What the workers would then run: setup_and_run.sh hands the arguments over intact.
+  # What the workers would then run: setup_and_run.sh hands the arguments over intact,
+  # with $HOME expanded by the worker's shell.
   home = tmp_path / "home"
-  home.mkdir()
-  setup = _sh(SETUP, "--dry-run", *remote[remote.index("--"):], env=_env_with_path(
-      trap_bin, HOME=str(home)))
+  (home / "flaxdoc" / "launch" / "tpu").mkdir(parents=True)
+  shutil.copy2(SETUP, home / "flaxdoc" / "launch" / "tpu")
+  shutil.copy2(REPO / "pyproject.toml", home / "flaxdoc")
+  remote_text = flags["--command"].replace("bash launch/tpu/setup_and_run.sh",
+                                           "bash launch/tpu/setup_and_run.sh --dry-run")
+  setup = subprocess.run([BASH, "-c", remote_text], env=_env_with_path(trap_bin, HOME=str(home)),
+                         cwd=home, text=True, capture_output=True, timeout=60, check=False)
+  # The fake gcloud (the sync) ran, and failed, so nothing else did.
+  assert setup.returncode == 97 and not _commands(setup.stdout)
+  assert (tmp_path / "trapped.log").read_text() == (
+      "gcloud storage rsync --recursive gs://my-bucket/datasets/funsd/ flaxdoc_data/funsd\n")
+  (tmp_path / "trapped.log").unlink()
+  _write_exe(trap_bin / "gcloud", f"#!{BASH}\nexit 0\n")  # a sync that succeeds
+  setup = subprocess.run([BASH, "-c", remote_text], env=_env_with_path(trap_bin, HOME=str(home)),
+                         cwd=home, text=True, capture_output=True, timeout=60, check=True)
+  main_args[3] = f"--config.data.data_dir={home}/flaxdoc_data/funsd"
   assert _commands(setup.stdout)[-1] == [str(home / "flaxdoc_venv" / "bin" / "python"), "-m",
                                          "flaxdoc.main", *main_args]
+  assert (home / "flaxdoc_data" / "funsd").is_dir()
   _assert_nothing_ran(tmp_path)
 
 

@@ -8,16 +8,17 @@
 #   launch/tpu/pod.sh copy   --name my-pod --zone us-central2-b \
 #       [--data-src ~/datasets/funsd --data-dir gs://my-bucket/datasets/funsd]
 #   launch/tpu/pod.sh run    --name my-pod --zone us-central2-b \
-#       --config configs/formnet_a2.py:mode=pretrain \
+#       --config configs/formnet_a2.py:dataset=funsd \
 #       --workdir gs://my-bucket/runs/formnet-v4-32 --data-dir gs://my-bucket/datasets/funsd \
-#       -- --config.mesh.shape.data=-1 --config.batch_size=512
+#       -- --config.mesh.shape.data=-1 --config.batch_size=16
 #   launch/tpu/pod.sh delete --name my-pod --zone us-central2-b
 #
-# Code is copied to every worker (each host is its own VM with its own disk);
-# data and the workdir live on GCS because that is the one file system all
-# workers see. `run` executes launch/tpu/setup_and_run.sh on every worker, which
-# creates or reuses a virtualenv, installs jax[tpu] and flaxdoc, and starts
-# `python -m flaxdoc.main --multihost ...`.
+# Code is copied to every worker (each host is its own VM with its own disk).
+# The workdir lives on GCS, the one file system all workers see. Data are kept on
+# GCS too, but flaxdoc's dataset readers read local files, so `run --data-dir`
+# first syncs the folder to ~/flaxdoc_data/NAME on every worker. `run` then executes
+# launch/tpu/setup_and_run.sh on every worker, which creates or reuses a virtualenv,
+# installs jax[tpu] and flaxdoc, and starts `python -m flaxdoc.main --multihost ...`.
 #
 # Every subcommand accepts --dry-run (or DRY_RUN=1): print each command, prefixed
 # with "+ " and quoted so it can be pasted into a shell, and run nothing.
@@ -29,6 +30,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 readonly ROOT
 readonly SRC_ARCHIVE="flaxdoc-src.tar.gz"  # name of the code archive on the workers
+readonly DATA_CACHE="flaxdoc_data"  # run --data-dir's local copies, in the workers' $HOME
 
 usage() {
   cat <<'EOF'
@@ -38,8 +40,9 @@ Subcommands:
   create   gcloud compute tpus tpu-vm create (needs --accelerator-type)
   copy     pack the working tree, scp it to every worker, unpack it in --remote-dir;
            with --data-src, also rsync a local dataset folder to --data-dir on GCS
-  run      on every worker: launch/tpu/setup_and_run.sh, then flaxdoc.main --multihost
-           (needs --config and a gs:// --workdir); MAIN_ARGS go to flaxdoc.main
+  run      on every worker: sync --data-dir, launch/tpu/setup_and_run.sh, then
+           flaxdoc.main --multihost (needs --config and a gs:// --workdir); MAIN_ARGS go to
+           flaxdoc.main
   delete   gcloud compute tpus tpu-vm delete
 
 Flags (all subcommands):
@@ -59,10 +62,11 @@ copy:
   --data-dir gs://...       ... to this GCS folder (gcloud storage rsync)
 run:
   --config PATH[:ARG]       the config file, relative to the repository root
-  --workdir gs://...        checkpoints, metrics and predictions (must be on GCS)
-  --data-dir gs://...       passed as --config.data.data_dir
+  --workdir gs://...        checkpoints and metrics (must be on GCS)
+  --data-dir gs://...       synced to ~/flaxdoc_data/NAME on each worker (NAME: its last
+                            component), which is passed as --config.data.data_dir
   --venv DIR                virtualenv on the workers (default: ~/flaxdoc_venv)
-  --detach                  return at once: setup and run go on under nohup,
+  --detach                  return at once: sync, setup and run go on under nohup,
                             logging to ~/flaxdoc-run.log on each worker
 delete:
   --yes                     do not ask for confirmation (gcloud --quiet)
@@ -298,12 +302,23 @@ cmd_run() {
   fi
   # --multihost: JAX then finds the pod's workers through the TPU metadata server.
   local main=("--config=${config}" "--workdir=${workdir}" --multihost)
+  # The text the workers' shells run: paths in it are relative to the home folder.
+  local remote="" launch
+  launch="$(shell_quote "${setup[@]}" -- "${main[@]}")"
   if [[ -n "${data_dir}" ]]; then
-    main+=("--config.data.data_dir=${data_dir}")
+    # flaxdoc's dataset readers read local files only, so every worker first syncs
+    # its own copy of the GCS folder (incremental: a rerun copies only what changed).
+    local folder="${data_dir%/}"
+    local copy="${DATA_CACHE}/${folder##*/}"
+    remote="$(shell_quote mkdir -p "${copy}") && $(shell_quote gcloud storage rsync \
+      --recursive "${data_dir}" "${copy}") && "
+    # "$HOME" is left for the worker's shell to expand.
+    launch+=" --config.data.data_dir=\"\$HOME\"/$(shell_quote "${copy}")"
   fi
-  main+=("${main_args[@]}")
-  local remote
-  remote="cd $(shell_quote "${remote_dir}") && $(shell_quote "${setup[@]}" -- "${main[@]}")"
+  if [[ ${#main_args[@]} -gt 0 ]]; then
+    launch+=" $(shell_quote "${main_args[@]}")"
+  fi
+  remote+="cd $(shell_quote "${remote_dir}") && ${launch}"
   if [[ "${detach}" == 1 ]]; then
     # One nohup'd shell for the whole line: it outlives the ssh session and holds none
     # of its output open, so gcloud returns at once. The log name is literal text for
