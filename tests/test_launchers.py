@@ -481,7 +481,7 @@ def test_setup_dry_run_on_a_fresh_worker(tmp_path, trap_bin):
   cmds = _commands(proc.stdout)
   assert cmds[0] == [str(py), "-m", "venv", str(venv)]
   assert cmds[1] == [vpy, "-m", "pip", "install", "--quiet", "--upgrade", "pip"]
-  assert cmds[2] == [vpy, "-m", "pip", "install", "--quiet", "jax[tpu]", "-e", str(REPO)]
+  assert cmds[2] == [vpy, "-m", "pip", "install", "--quiet", "jax[tpu]", "gcsfs", "-e", str(REPO)]
   assert cmds[3][0] == "echo" and cmds[3][-2:] == [">", str(venv / ".flaxdoc-install-stamp")]
   assert cmds[4] == ["cd", str(REPO)]
   assert cmds[5] == ["export", f"PATH={venv}/bin:$PATH"]
@@ -513,7 +513,7 @@ def test_setup_is_idempotent(tmp_path):
 
   vpy = str(venv / "bin" / "python")
   install = [f"{vpy} -m pip install --quiet --upgrade pip",
-             f"{vpy} -m pip install --quiet jax[tpu] -e {repo}"]
+             f"{vpy} -m pip install --quiet jax[tpu] gcsfs -e {repo}"]
   main = [f"{vpy} -m flaxdoc.main --config=c.py"]
   assert run_once() == [f"{py} -c import sys, ensurepip; sys.exit(sys.version_info < (3, 11))",
                         f"{py} -m venv {venv}", *install, *main]
@@ -524,7 +524,7 @@ def test_setup_is_idempotent(tmp_path):
   assert run_once() == install + main
   assert run_once() == main
   assert run_once("--jax-spec", "jax[tpu]==0.10.2") == [
-      install[0], f"{vpy} -m pip install --quiet jax[tpu]==0.10.2 -e {repo}", *main]
+      install[0], f"{vpy} -m pip install --quiet jax[tpu]==0.10.2 gcsfs -e {repo}", *main]
   assert run_once("--reinstall", "--setup-only")[1:] == [f"{py} -m venv {venv}", *install]
 
 

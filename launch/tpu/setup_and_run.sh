@@ -11,8 +11,8 @@
 # Idempotent: the venv (default ~/flaxdoc_venv, outside the code folder so that
 # re-copying the code keeps it) is created once; packages are (re)installed only
 # when pyproject.toml or the jax spec changed since the last install, which is
-# recorded in a stamp file inside the venv. The project is installed editable,
-# so a fresh copy of the code needs no reinstall.
+# recorded in a stamp file inside the venv. gcsfs comes along, for gs:// workdirs.
+# The project is installed editable, so a fresh copy of the code needs no reinstall.
 #
 # flaxdoc needs Python >= 3.11 (jax and flax dropped 3.10). The Ubuntu 22.04 TPU
 # images ship 3.10, so when no python3.X >= 3.11 with venv support is on PATH,
@@ -29,6 +29,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 readonly ROOT
 readonly STAMP_NAME=".flaxdoc-install-stamp"
+# A gs:// workdir is read and written through etils.epath, whose Google Storage backend
+# is gcsfs (or TensorFlow, which flaxdoc does not install); Orbax needs no more.
+readonly EXTRA_PACKAGES=(gcsfs)
 
 usage() {
   cat <<'EOF'
@@ -114,6 +117,7 @@ choose_python() {
 install_stamp() {
   {
     printf 'jax_spec=%s\n' "${jax_spec}"
+    printf 'extra=%s\n' "${EXTRA_PACKAGES[*]}"
     cat "${ROOT}/pyproject.toml"
   } | sha256sum | cut -d' ' -f1
 }
@@ -170,11 +174,11 @@ if [[ "${reinstall}" == 0 && -f "${venv}/${STAMP_NAME}" ]]; then
   have_stamp="$(<"${venv}/${STAMP_NAME}")"
 fi
 if [[ "${have_stamp}" != "${want_stamp}" ]]; then
-  note "installing ${jax_spec} and flaxdoc (editable) into ${venv}"
+  note "installing ${jax_spec}, ${EXTRA_PACKAGES[*]} and flaxdoc (editable) into ${venv}"
   run "${venv_python}" -m pip install --quiet --upgrade pip
-  # One resolver run for both, so the project's pins cannot swap out the jax
+  # One resolver run for all, so the project's pins cannot swap out the jax
   # that matches libtpu.
-  run "${venv_python}" -m pip install --quiet "${jax_spec}" -e "${ROOT}"
+  run "${venv_python}" -m pip install --quiet "${jax_spec}" "${EXTRA_PACKAGES[@]}" -e "${ROOT}"
   if [[ "${DRY_RUN}" == 1 ]]; then
     printf '+ %s > %s\n' "$(shell_quote echo "${want_stamp}")" \
       "$(shell_quote "${venv}/${STAMP_NAME}")"
