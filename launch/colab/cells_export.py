@@ -26,8 +26,9 @@ def export_pytorch() -> list[nbformat.NotebookNode]:
           the model with `torch.export`.
 
           Any runtime works (the export runs on a CPU). `WORKDIR` below: a trained run, for
-          example the fine-tuning run of `pretrain_tpu.ipynb` on Drive. Left empty, a small
-          model is trained first.
+          example the fine-tuning run of `pretrain_tpu.ipynb` on Drive (a run on GCS: copy
+          it to a local folder first, `gcloud storage cp --recursive`, as the export reads
+          local files). Left empty, a small model is trained first.
           """),
       install_cell("torch"),
       devices_cell(),

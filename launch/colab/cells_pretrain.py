@@ -49,9 +49,14 @@ def pretrain() -> list[nbformat.NotebookNode]:
           if WORKDIR.startswith("/content/drive"):
             from google.colab import drive
             drive.mount("/content/drive")
-          elif WORKDIR.startswith("gs://") and IN_COLAB:
-            from google.colab import auth
-            auth.authenticate_user()  # credentials for Orbax (TensorStore) and etils
+          elif WORKDIR.startswith("gs://"):
+            if IN_COLAB:
+              from google.colab import auth
+              auth.authenticate_user()  # credentials for Orbax (TensorStore) and etils
+            if importlib.util.find_spec("gcsfs") is None:
+              # etils.epath (config.json, metrics.jsonl) reaches gs:// through gcsfs.
+              subprocess.run([sys.executable, "-m", "pip", "install", "-q", "gcsfs"], check=True)
+              importlib.invalidate_caches()
           PRETRAIN_DIR = WORKDIR.rstrip("/") + "/pretrain"
           FINETUNE_DIR = WORKDIR.rstrip("/") + "/finetune"
           print("pre-training run:", PRETRAIN_DIR)
@@ -104,9 +109,6 @@ def pretrain() -> list[nbformat.NotebookNode]:
           pre_config = formnet_config("mode=pretrain")
           pre_config.data.dataset = f"jsonl:{CORPUS}"
           pre_config.data.dataset_options = {}
-          # Pre-training ignores labels, but flaxdoc looks up a label set for a jsonl:
-          # dataset before it knows that; any non-empty tuple does.
-          pre_config.data.labels = ("unused",)
           # FSDP over every device (the fine-tuning below uses the same mesh).
           FSDP_MESH = {"mesh.shape.data": 1, "mesh.shape.fsdp": -1, "mesh.shape.tensor": 1}
           override(pre_config, FSDP_MESH)
@@ -133,8 +135,9 @@ def pretrain() -> list[nbformat.NotebookNode]:
           config must be the one used for pre-training, and so must the tokenizer.
 
           `FINETUNE_DATA`: a labelled JSON Lines file (entities with labels; dev carved
-          from it), with its labels in `LABELS` (comma-separated). Left empty, the
-          synthetic training set is used.
+          from it), with its labels in `LABELS` (comma-separated; left empty, they are
+          read from the documents' `label_set`). Left empty, the synthetic training set is
+          used.
           '''),
       code('''
           # @title Fine-tune
@@ -175,7 +178,9 @@ def pretrain() -> list[nbformat.NotebookNode]:
           The fine-tuned run evaluates and predicts like any other
           (`inference.run_eval` / `run_predict`, or `--config.mode=eval|predict`, as in
           `quickstart_tpu.ipynb`), and `export_pytorch.ipynb` exports it to PyTorch (set
-          its `WORKDIR` to `FINETUNE_DIR`). On a TPU pod slice the same configs run with
-          `launch/tpu/pod.sh` (see `launch/README.md`).
+          its `WORKDIR` to `FINETUNE_DIR`). Eval, predict and the export read and write
+          the run's files with local file calls: for a run on GCS, copy it to a local
+          folder first (`gcloud storage cp --recursive`). On a TPU pod slice the same
+          configs run with `launch/tpu/pod.sh` (see `launch/README.md`).
           '''),
   ]
