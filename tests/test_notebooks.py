@@ -123,8 +123,9 @@ def test_code_cells_are_python(name):
       compile(cell.source, f"{name}[{i}]", "exec")
 
 
-def _run_install_cell(name, monkeypatch, tmp_path, *, checkout: bool):
-  """Executes the install cell with subprocess.run recorded (never run)."""
+def _run_install_cell(name, monkeypatch, tmp_path, *, checkout: bool, torch: bool = True):
+  """Executes the install cell with subprocess.run recorded (never run); `torch=False`:
+  as if torch were not installed."""
   commands = []
 
   def fake_run(cmd, check=False, **kwargs):  # pylint: disable=unused-argument
@@ -142,8 +143,9 @@ def _run_install_cell(name, monkeypatch, tmp_path, *, checkout: bool):
     # As in a fresh Colab runtime: no checkout anywhere, flaxdoc not importable.
     monkeypatch.delenv("FLAXDOC_REPO", raising=False)
     real_find_spec = importlib.util.find_spec
+    missing = {"flaxdoc"} | (set() if torch else {"torch"})
     monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda n, *a: None if n == "flaxdoc" else real_find_spec(n, *a))
+                        lambda n, *a: None if n in missing else real_find_spec(n, *a))
   namespace = {"os": os}
   source = _cell(_read(name), "Install flaxdoc").source
   exec(compile(source, name, "exec"), namespace)  # pylint: disable=exec-used
@@ -158,17 +160,25 @@ def test_install_cell_uses_a_local_checkout_and_runs_nothing(monkeypatch, tmp_pa
   assert os.environ["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/elsewhere"]
 
 
-@pytest.mark.parametrize("name, spec_suffix",
-                         [("quickstart_tpu", ""), ("export_pytorch", "[torch]")])
-def test_install_cell_clones_and_pip_installs_without_a_checkout(name, spec_suffix, monkeypatch,
-                                                                  tmp_path):
-  namespace, commands = _run_install_cell(name, monkeypatch, tmp_path, checkout=False)
+@pytest.mark.parametrize("name, spec_suffix, torch",
+                         [("quickstart_tpu", "", False), ("export_pytorch", "[torch]", True),
+                          ("export_pytorch", "[torch]", False)])
+def test_install_cell_clones_and_pip_installs_without_a_checkout(name, spec_suffix, torch,
+                                                                  monkeypatch, tmp_path):
+  namespace, commands = _run_install_cell(name, monkeypatch, tmp_path, checkout=False,
+                                          torch=torch)
   target = tmp_path / "flaxdoc"
   assert namespace["REPO"] == target
   if namespace["on_tpu_vm"]():  # a TPU VM also gets jax[tpu]
     spec_suffix = spec_suffix[:-1] + ",tpu]" if spec_suffix else "[tpu]"
+  # Without torch, outside Colab, the export notebook takes the CPU wheel first (PyPI's Linux
+  # wheel is the CUDA build); the quickstart needs no torch.
+  cpu_torch = ([[sys.executable, "-m", "pip", "install", "-q", "torch", "--index-url",
+                 "https://download.pytorch.org/whl/cpu"]]
+               if name == "export_pytorch" and not torch else [])
   assert commands == [
       ["git", "clone", "--depth=1", GEN.REPO_URL, str(target)],
+      *cpu_torch,
       [sys.executable, "-m", "pip", "install", "-q", "-e", f"{target}{spec_suffix}"],
   ]
 

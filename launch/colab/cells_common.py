@@ -52,6 +52,13 @@ def install_cell(extra: str = "") -> nbformat.NotebookNode:
   """Clone + `pip install -e` in Colab; a local checkout is used as it is."""
   extras = (f'["{extra}"] + (["tpu"] if on_tpu_vm() else [])' if extra
             else '["tpu"] if on_tpu_vm() else []')
+  # Colab has torch; elsewhere PyPI's Linux wheel is the CUDA build (gigabytes), so the CPU
+  # wheel comes first from PyTorch's index, as in the README's quick start.
+  cpu_torch = ("""
+        if not IN_COLAB and importlib.util.find_spec("torch") is None:
+          subprocess.run([sys.executable, "-m", "pip", "install", "-q", "torch",
+                          "--index-url", "https://download.pytorch.org/whl/cpu"], check=True)"""
+               if extra == "torch" else "")
   return code(f'''
       # @title Install flaxdoc
       # In Colab this clones {REPO_URL} and installs it (a minute). Next to a
@@ -97,7 +104,7 @@ def install_cell(extra: str = "") -> nbformat.NotebookNode:
       if REPO is None:
         REPO = Path("/content/flaxdoc") if IN_COLAB else Path.cwd() / "flaxdoc"
         if not REPO.exists():
-          subprocess.run(["git", "clone", "--depth=1", REPO_URL, str(REPO)], check=True)
+          subprocess.run(["git", "clone", "--depth=1", REPO_URL, str(REPO)], check=True){cpu_torch}
         extras = {extras}
         spec = f"{{REPO}}[{{','.join(extras)}}]" if extras else str(REPO)
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", spec], check=True)
