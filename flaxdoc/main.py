@@ -25,7 +25,8 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (path[:ar
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and outputs.")
 _MULTIHOST = flags.DEFINE_bool(
     "multihost", None, "Call jax.distributed.initialize() before anything else. Default: when "
-    "JAX_COORDINATOR_ADDRESS, SLURM_NTASKS>1 or a TPU pod environment is detected.")
+    "JAX_COORDINATOR_ADDRESS is set, SLURM_NTASKS>1, or TPU_PROCESS_ADDRESSES / "
+    "TPU_WORKER_HOSTNAMES name several hosts.")
 _TRACEBACK = flags.DEFINE_bool(
     "traceback", False, "Show the full traceback of errors in what the run was given (damaged "
     "or mismatching checkpoints, malformed documents, a missing dataset, a setting that cannot "
@@ -34,14 +35,19 @@ _TRACEBACK = flags.DEFINE_bool(
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-def _want_distributed() -> bool:
-  if _MULTIHOST.value is not None:
-    return _MULTIHOST.value
-  if os.environ.get("JAX_COORDINATOR_ADDRESS"):
+def wants_distributed(multihost: bool | None, environ=os.environ) -> bool:
+  """Whether to call jax.distributed.initialize(): `--multihost` if given, else whether
+  the environment is that of one process among several."""
+  if multihost is not None:
+    return multihost
+  if environ.get("JAX_COORDINATOR_ADDRESS"):
     return True
-  if int(os.environ.get("SLURM_NTASKS", "1")) > 1:
+  if int(environ.get("SLURM_NTASKS", "1")) > 1:
     return True
-  return bool(os.environ.get("TPU_WORKER_HOSTNAMES", "").count(","))
+  # Several hosts of a TPU slice: GKE sets TPU_WORKER_HOSTNAMES, and TPU_PROCESS_ADDRESSES
+  # is the list JAX's own TPU cluster detection reads first.
+  return any(environ.get(name, "").count(",")
+             for name in ("TPU_PROCESS_ADDRESSES", "TPU_WORKER_HOSTNAMES"))
 
 
 def input_errors() -> tuple[type[Exception], ...]:
@@ -73,7 +79,7 @@ def main(argv):
 def _main(argv):
   del argv
   import jax  # pylint: disable=import-outside-toplevel
-  if _want_distributed():
+  if wants_distributed(_MULTIHOST.value):
     # JAX reads the coordinator address from the environment itself, but not the
     # process count / id: pass them when a launcher (launch/slurm) exported them.
     kwargs = {}

@@ -863,3 +863,20 @@ def test_gcloud_accepts_the_flags(tmp_path, trap_bin):
     for flag in _flags(cmd):
       if flag not in ("--project", "--quiet"):  # gcloud-wide flags
         assert re.search(rf"{re.escape(flag)}\b", text), f"{' '.join(group)} has no {flag}"
+
+
+@pytest.mark.parametrize("env, want", [
+    ({}, False),
+    ({"SLURM_NTASKS": "1"}, False),
+    ({"SLURM_NTASKS": "4"}, True),
+    ({"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"}, True),
+    ({"TPU_WORKER_HOSTNAMES": "host0"}, False),
+    ({"TPU_WORKER_HOSTNAMES": "host0,host1"}, True),
+    ({"TPU_PROCESS_ADDRESSES": "10.0.0.1:8476"}, False),
+    ({"TPU_PROCESS_ADDRESSES": "10.0.0.1:8476,10.0.0.2:8476"}, True),
+])
+def test_main_initialises_the_distributed_runtime_where_the_environment_says(env, want):
+  """What each launcher's environment makes `flaxdoc.main` do, and --multihost overriding it."""
+  from flaxdoc.main import wants_distributed  # pylint: disable=import-outside-toplevel
+  assert wants_distributed(None, env) is want
+  assert wants_distributed(True, env) is True and wants_distributed(False, env) is False
