@@ -42,6 +42,14 @@ graph + featurise (<= 10%) and decode (<= 5%) shares. Rows measured one after an
 drift with the machine's speed (15-30% on a shared 2-core host); `bench.serve_paired`
 times the model rows in alternation for the ratios. `--pad_multiple` sets what the
 one-window rows pad to (512 by default; a server bucketing by 128 pads less).
+
+`--quick` checks the whole table rather than measuring it: 2 x 64 models, documents of
+about 290 tokens a page, sizes 1 4, a batch of 2, one timed run per row, and every row
+in this process (Dynamo reset between rows, so a compiled row compiles its shapes as in
+a process of its own). Flags given explicitly still win (`--no-inprocess`: subprocesses).
+On a shared 2-core host it took 83-115 s with Inductor's cache warm (575 s: the full plan
+it ran before), and 316 s on the first run, when Inductor compiles the three compiled
+rows' nine shapes (10-55 s each, 250 s in all).
 """
 
 from __future__ import annotations
@@ -72,6 +80,14 @@ COLUMNS = ("row", "pages", "b", "tokens", "windows", "featurise_s", "graph_s", "
 
 
 QUICK = Size(layers=2, width=64, heads=4, mlp=128, local_radius=16, gcn_layers=2)
+# The plan `main` runs for the flags left unset. `--quick` checks that every row builds,
+# compiles and fills the table, so it skips what only a measurement needs: a process per
+# row cost 5-10 s of imports and set-up (over half of a 575 s run of the full plan), and
+# each input shape a compiled row meets is a torch.compile of 2-5 s (Inductor's cache
+# warm) to 10-55 s (cold). 4 pages keeps the issue-14 target lines; a batch of 2 shows
+# the batched row as well as 4 would.
+FULL_PLAN = dict(sizes=[1, 4, 16], batch=4, repeats=2, inprocess=False)
+QUICK_PLAN = dict(sizes=[1, 4], batch=2, repeats=1, inprocess=True)
 
 
 # --------------------------------------------------------------------------- documents
@@ -384,29 +400,45 @@ def _run_one(spec: dict) -> dict:
   return r
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--sizes", type=int, nargs="*", default=[1, 4, 16],
-                 help="pages per document (none: only the batched row)")
+  # The plan's flags default to None: `--quick` resolves the ones the user left unset to
+  # a smaller plan (`QUICK_PLAN`), explicit values stand either way.
+  p.add_argument("--sizes", type=int, nargs="*", default=None,
+                 help="pages per document (none: only the batched row; default 1 4 16, "
+                      "--quick 1 4)")
   p.add_argument("--rows", nargs="+", default=list(DEFAULT_ROWS), choices=ROWS)
-  p.add_argument("--batch", type=int, default=4, help="documents in the batched row (0: none)")
+  p.add_argument("--batch", type=int, default=None,
+                 help="documents in the batched row (0: none; default 4, --quick 2)")
   p.add_argument("--batch_pages", type=int, default=1, help="pages of the batched row's documents")
-  p.add_argument("--repeats", type=int, default=2)
+  p.add_argument("--repeats", type=int, default=None,
+                 help="timed runs per row, after one warm-up (default 2, --quick 1)")
   p.add_argument("--pad_multiple", type=int, default=None,
                  help="one-window rows pad tokens + [CLS]/[SEP] up to a multiple of this "
                       "(default 512; 128 with --quick); LayoutLM always uses 512-token windows")
   p.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
-  p.add_argument("--quick", action="store_true", help="2 layers x 64, small documents (tests)")
+  p.add_argument("--quick", action="store_true",
+                 help="2 layers x 64, small documents, a smaller plan in this process "
+                      "(a check of the table in a minute or two; explicit flags still win)")
   p.add_argument("--xla_no_thunks", action="store_true",
                  help="XLA:CPU without its thunk runtime (see flaxdoc.bench.common)")
   p.add_argument("--malloc", default="default", choices=["default", "keep"],
                  help="keep: glibc keeps large blocks for reuse (keep_large_allocations)")
-  p.add_argument("--inprocess", action="store_true",
-                 help="all rows in this process (default: one subprocess per row)")
+  p.add_argument("--inprocess", action=argparse.BooleanOptionalAction, default=None,
+                 help="all rows in this process (default: one subprocess per row; "
+                      "--quick: in this process)")
   p.add_argument("--timeout", type=float, default=3600, help="seconds per row subprocess")
   p.add_argument("--json", action="store_true")
   p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: one row in-process
   a = p.parse_args(argv)
+  for key, value in (QUICK_PLAN if a.quick else FULL_PLAN).items():
+    if getattr(a, key) is None:
+      setattr(a, key, value)
+  return a
+
+
+def main(argv=None) -> int:
+  a = parse_args(argv)
   if a.one:
     print(json.dumps(_run_one(json.loads(a.one))), flush=True)
     return 0

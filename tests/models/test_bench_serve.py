@@ -88,12 +88,26 @@ def test_documents_have_the_planned_token_count(pages):
 
 def test_rows_run_in_subprocesses_and_report_their_allocator(capsys):
   # The default driver: each row in a subprocess of its own, one JSON line per row.
+  # (`--quick` alone runs in this process: `--no-inprocess` asks for the subprocesses.)
   assert serve.main(["--quick", "--json", "--sizes", "1", "--rows", "etc_rich_torch",
-                     "--batch", "0", "--repeats", "1", "--malloc", "keep"]) == 0
+                     "--batch", "0", "--repeats", "1", "--malloc", "keep",
+                     "--no-inprocess"]) == 0
   rows = [__import__("json").loads(line) for line in capsys.readouterr().out.splitlines()
           if line.startswith("{")]
   assert len(rows) == 1 and "error" not in rows[0], rows
   assert rows[0]["malloc"] == "keep" and rows[0]["model_s"] > 0
+
+
+def test_quick_fills_in_a_small_plan_and_explicit_flags_win():
+  # `--quick` is a check of the table in a minute or two (one process, fewer shapes to
+  # compile); only the flags the user left unset change, and the full plan is unchanged.
+  full, quick = serve.parse_args([]), serve.parse_args(["--quick"])
+  assert (full.sizes, full.batch, full.repeats, full.inprocess) == ([1, 4, 16], 4, 2, False)
+  assert (quick.sizes, quick.batch, quick.repeats, quick.inprocess) == ([1, 4], 2, 1, True)
+  assert quick.rows == full.rows == list(serve.DEFAULT_ROWS)
+  mine = serve.parse_args(["--quick", "--sizes", "--batch", "4", "--repeats", "3",
+                           "--no-inprocess"])
+  assert (mine.sizes, mine.batch, mine.repeats, mine.inprocess) == ([], 4, 3, False)
 
 
 def test_keep_large_allocations_on_linux():
