@@ -155,14 +155,20 @@ def _options_reader(name: str):
 
 def option_names(name: str) -> tuple[str, ...] | None:
   """The `**options` `load_dataset(name, ...)` takes: its own (`dev_fraction`, `seed`) and
-  those its reader takes by keyword; None when the reader takes any (`**kwargs`)."""
+  those its reader takes by keyword (the synthetic generator's `**overrides`: the fields of
+  `SyntheticConfig`); None when a reader takes any (`**kwargs`)."""
   reader, filled = _options_reader(name)
   params = inspect.signature(reader).parameters.values()
-  if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+  extra = ()
+  if name == "synthetic":
+    import dataclasses  # pylint: disable=import-outside-toplevel
+    from flaxdoc.data.synthetic import SyntheticConfig
+    extra = tuple(f.name for f in dataclasses.fields(SyntheticConfig))
+  elif any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
     return None
   keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-  return ("dev_fraction", "seed") + tuple(p.name for p in params
-                                          if p.kind in keyword and p.name not in filled)
+  return tuple(dict.fromkeys(("dev_fraction", "seed") + tuple(
+      p.name for p in params if p.kind in keyword and p.name not in filled) + extra))
 
 
 def load_dataset(name: str, split: str, data_dir=None, *, dev_fraction: float | None = None,

@@ -37,6 +37,34 @@ RECIPES = {
 }
 
 
+# Every option a dataset reader takes (`flaxdoc.data.datasets.option_names`; the synthetic
+# generator's too), declared unset (None) in `config.data.dataset_options`, so that each can
+# be set on the command line (ml_collections' flags override only fields that exist, e.g.
+# `--config.data.dataset_options.box_policy=clip`). Unset ones are not passed to the reader;
+# one the dataset's reader does not take is a ConfigError naming it (`setup.load_documents`).
+DATASET_OPTIONS = {
+    "dev_fraction": float, "seed": int,  # the dev carve (all datasets)
+    "box_policy": str, "on_error": str,  # FUNSD, CORD, SROIE, jsonl
+    "use_images": bool, "other_as_entity": bool, "ocr": str, "ocr_cache_dir": str,  # FUNSD
+    "min_similarity": float, "max_window_lines": int,  # SROIE
+    "text_policy": str,  # jsonl
+    "num_train": int, "num_dev": int, "num_test": int, "link_keys": bool,  # synthetic
+    "min_pages": int, "max_pages": int, "target_words": int, "min_items": int,
+    "max_items": int, "value_below": float, "shuffle_columns": float,
+    "interleave_columns": float, "shuffle_blocks": float, "ocr_noise": float,
+}
+
+
+def dataset_options(**values) -> ml_collections.ConfigDict:
+  """`config.data.dataset_options`: every reader option declared, `values` set."""
+  unknown = sorted(set(values) - set(DATASET_OPTIONS))
+  if unknown:
+    raise ValueError(f"dataset_options: no reader takes {unknown}")
+  return ml_collections.ConfigDict(
+      {k: values[k] if k in values else ml_collections.config_dict.placeholder(t)
+       for k, t in DATASET_OPTIONS.items()})
+
+
 def parse_arg(arg: str | None, **defaults) -> ml_collections.ConfigDict:
   """`"local,variant=A1"` -> ConfigDict(local=True, variant="A1", ...defaults)."""
   out = dict(defaults)
@@ -80,7 +108,7 @@ def make(arg: str | None, *, model: str, variant: str, recipe: str = "bert",
   d = c.data = ml_collections.ConfigDict()
   d.dataset = a.dataset
   d.data_dir = ""
-  d.dataset_options = ml_collections.ConfigDict()
+  d.dataset_options = dataset_options()
   d.labels = ()  # empty: the dataset's built-in label set
   d.train_split = "train"
   d.eval_split = "dev"
@@ -154,8 +182,8 @@ def make(arg: str | None, *, model: str, variant: str, recipe: str = "bert",
   if a.local:
     # Minutes on a 2-core CPU: small data, short windows, frequent logging.
     d.max_len = 256
-    d.dataset_options = ml_collections.ConfigDict(
-        {"num_train": 2000, "num_dev": 60} if a.dataset == "synthetic" else {})
+    d.dataset_options = dataset_options(
+        **({"num_train": 2000, "num_dev": 60} if a.dataset == "synthetic" else {}))
     c.batch_size = 8
     c.eval_batch_size = 16
     o.lr = max(o.lr, 1e-3)

@@ -68,8 +68,9 @@ def check_ocr_engine(flag: str, engine) -> None:
 
 
 def reader_options(name: str, options=None) -> dict:
-  """`config.data.dataset_options` as the dataset's reader takes them."""
-  options = dict(options or {})
+  """`config.data.dataset_options` as the dataset's reader takes them: the ones set (the
+  config declares every reader's options, unset: None)."""
+  options = {k: v for k, v in dict(options or {}).items() if v is not None}
   check_ocr_engine("config.data.dataset_options.ocr", options.get("ocr"))
   dropped = [k for owner, keys in CONFIG_ARGUMENT_OPTIONS.items() if owner != name
              for k in keys if k in options and (owner == "synthetic" or not options[k])]

@@ -347,7 +347,10 @@ def test_reader_options_leave_the_generators_out_and_name_an_unknown_one(tmp_pat
                                               r"its options are dev_fraction, seed, on_error, "
                                               r"box_policy, text_policy$"):
     setup.load_documents(name, "train", box_polcy="clip")
-  assert datasets.option_names("synthetic") is None  # a **kwargs reader takes any
+  # The generator's **overrides are SyntheticConfig's fields: checked like the others.
+  assert {"num_train", "ocr_noise", "link_keys"} <= set(datasets.option_names("synthetic"))
+  with pytest.raises(setup.ConfigError, match=r"dataset 'synthetic' takes no option 'ocr'"):
+    setup.load_documents("synthetic", "train", ocr="tesseract")
 
 
 def test_bad_input_is_one_line_naming_the_file(tmp_path):
