@@ -9,6 +9,9 @@ inputs: the model spec (all `EncoderSpec` fields), `vocab_size`, `num_tags`,
 order, the tokenizer spec, the training config (when known) and the format version.
 The trainer writes `WORKDIR/config.json` once a run's state is set up (after a resume's
 restore); `--config` overrides it.
+
+`--workdir` and `--out` may be remote (`gs://bucket/run`, with gcsfs installed): their
+files go through `etils.epath` (`flaxdoc.train.remote`), the checkpoint through Orbax.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import os
 from typing import Any, Mapping
 
 from flaxdoc.export import weights as weights_lib
+from flaxdoc.train import remote
 
 FORMAT = "flaxdoc-export"
 FORMAT_VERSION = 1
@@ -46,12 +50,15 @@ def export_config(model, *, feature_config=None, tag_names=(), tokenizer: str | 
 def write_export(out_dir: str | os.PathLike, params: Any, config: Mapping[str, Any]
                  ) -> dict[str, Any]:
   """Writes `model.safetensors` and `config.json` into `out_dir`; returns a small summary."""
+  from etils import epath  # pylint: disable=import-outside-toplevel
   out_dir = os.fspath(out_dir)
-  os.makedirs(out_dir, exist_ok=True)
-  tensors = weights_lib.save_params(params, os.path.join(out_dir, "model.safetensors"),
-                                    metadata={"format": FORMAT})
-  with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
-    json.dump(config, f, indent=1, sort_keys=True, default=str)
+  epath.Path(out_dir).mkdir(parents=True, exist_ok=True)
+  # safetensors writes a local file: a remote folder gets it through a temporary copy.
+  tensors = remote.write_through_local(
+      os.path.join(out_dir, "model.safetensors"),
+      lambda path: weights_lib.save_params(params, path, metadata={"format": FORMAT}))
+  (epath.Path(out_dir) / "config.json").write_text(
+      json.dumps(config, indent=1, sort_keys=True, default=str))
   return {"tensors": len(tensors), "parameters": int(sum(v.size for v in tensors.values())),
           "out": out_dir}
 
@@ -68,12 +75,12 @@ def load_train_config(workdir: str, config_arg: str | None):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.get_config(arg) if arg else module.get_config()
-  path = os.path.join(workdir, "config.json")
-  if not os.path.exists(path):
+  from etils import epath  # pylint: disable=import-outside-toplevel
+  path = epath.Path(workdir) / "config.json"  # gs:// too: the trainer writes it through epath
+  if not path.exists():
     raise FileNotFoundError(f"{path} not found: pass --config configs/<name>.py[:arg] (the "
                             "config the run was trained with)")
-  with open(path, encoding="utf-8") as f:
-    return ml_collections.ConfigDict(json.load(f))
+  return ml_collections.ConfigDict(json.loads(path.read_text()))
 
 
 def export_workdir(workdir: str, out_dir: str, config_arg: str | None = None) -> dict[str, Any]:
@@ -81,6 +88,9 @@ def export_workdir(workdir: str, out_dir: str, config_arg: str | None = None) ->
   # pylint: disable=import-outside-toplevel
   from flaxdoc.tags import tag_names as make_tag_names
   from flaxdoc.train.inference import restore_for_inference
+  # gs:// without gcsfs: one line (the CLI prints ConfigErrors so), before any reading.
+  remote.check_filesystem(workdir, "--workdir")
+  remote.check_filesystem(out_dir, "--out")
   config = load_train_config(workdir, config_arg)
   env, params, _ = restore_for_inference(config, workdir)
   config = env.config  # resolved (init_from=hf:DIR sizes and tokenizer) by the experiment

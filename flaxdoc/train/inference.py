@@ -6,10 +6,14 @@ text layer where it has one, OCR (`config.predict.ocr`, `flaxdoc.data.ocr`)
 where not; with `predict.ocr=""` only born-digital PDFs, and writes one JSON object per document with its entities (label,
 text, words, boxes, page, score) to `config.predict.output`
 (default `WORKDIR/predictions.jsonl`), plus optional PNG pictures per page.
+
+The workdir, `predict.output` and `predict.draw_dir` may be remote (`gs://bucket/run`):
+their files are read and written through `etils.epath` (`flaxdoc.train.remote`).
 """
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import logging
@@ -18,13 +22,14 @@ import os
 import jax
 import ml_collections
 import numpy as np
+from etils import epath
 from jax.experimental import multihost_utils
 from flax import linen as nn
 
 from flaxdoc import metrics as metrics_lib
 from flaxdoc.train import checkpoint as ckpt_lib
 from flaxdoc.train import evaluate as eval_lib
-from flaxdoc.train import hf_init, linking, optimizer, setup
+from flaxdoc.train import hf_init, linking, optimizer, remote, setup
 from flaxdoc.train import sharding as sharding_lib
 from flaxdoc.train import state as state_lib
 from flaxdoc.train.input_pipeline import featurize_split
@@ -34,6 +39,7 @@ log = logging.getLogger(__name__)
 
 def restore_for_inference(config: ml_collections.ConfigDict, workdir: str):
   """(experiment, params, predict_fn) from the latest checkpoint in `workdir`."""
+  remote.check_filesystem(workdir, "--workdir")  # gs:// without gcsfs: one line, before Orbax
   # create=False: a mistyped workdir gets the manager's "no finished checkpoint step" error,
   # before any setup work, and no folder is made for it.
   manager = ckpt_lib.make_manager(workdir, async_save=False, create=False)
@@ -78,9 +84,15 @@ def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict:
         feats, preds, linking.link_fn_for(config, env.model, params), config.eval_batch_size)
     report += "\nkey -> value relations: " + linking.summary(scores["relations"])
   print(f"\n{config.data.dataset} {split}: {len(feats.documents)} documents\n{report}")
-  with open(os.path.join(workdir, f"eval_{split}.json"), "w", encoding="utf-8") as f:
-    json.dump(scores, f, indent=1)
+  if _writes_here(workdir):
+    (epath.Path(workdir) / f"eval_{split}.json").write_text(json.dumps(scores, indent=1))
   return scores
+
+
+def _writes_here(path) -> bool:
+  """Every process writes its own local copy (a pod's hosts have their own disks); a remote
+  file is shared, so only process 0 writes it (as the trainer does its config.json)."""
+  return not remote.is_remote(path) or jax.process_index() == 0
 
 
 def _input_documents(config, env):
@@ -116,6 +128,8 @@ def _input_documents(config, env):
 
 def run_predict(config: ml_collections.ConfigDict, workdir: str) -> str:
   setup.check_ocr_engine("config.predict.ocr", config.predict.get("ocr"))  # before the restore
+  for key in ("output", "draw_dir"):
+    remote.check_filesystem(config.predict.get(key), f"config.predict.{key}")
   env, params, predict_fn = restore_for_inference(config, workdir)
   docs = _input_documents(config, env)
   feats = featurize_split(docs, env.tokenizer, env.feature_config, progress=True)
@@ -127,24 +141,28 @@ def run_predict(config: ml_collections.ConfigDict, workdir: str) -> str:
                                    linking.link_fn_for(config, env.model, params),
                                    config.eval_batch_size)
   out = config.predict.get("output") or os.path.join(workdir, "predictions.jsonl")
-  os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-  with open(out, "w", encoding="utf-8") as f:
-    for doc, p, doc_pairs in zip(docs, preds, pairs):
-      row = {"id": doc.id, "entities": [eval_lib.entity_json(e, doc) for e in p.entities]}
-      if env.linking is not None:
-        row["pairs"] = [{"key": eval_lib.entity_json(k, doc), "value": eval_lib.entity_json(v, doc),
-                         "score": float(s)} for k, v, s in doc_pairs]
-      f.write(json.dumps(row) + "\n")
-  if config.predict.get("draw"):
+  if _writes_here(out):
+    out_path = epath.Path(out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    with out_path.open("w") as f:  # utf-8, as every epath text file
+      for doc, p, doc_pairs in zip(docs, preds, pairs):
+        row = {"id": doc.id, "entities": [eval_lib.entity_json(e, doc) for e in p.entities]}
+        if env.linking is not None:
+          row["pairs"] = [{"key": eval_lib.entity_json(k, doc),
+                           "value": eval_lib.entity_json(v, doc), "score": float(s)}
+                          for k, v, s in doc_pairs]
+        f.write(json.dumps(row) + "\n")
+  pic_dir = config.predict.get("draw_dir") or os.path.join(workdir, "predictions")
+  if config.predict.get("draw") and _writes_here(pic_dir):
     from flaxdoc import viz  # pylint: disable=import-outside-toplevel
-    pic_dir = config.predict.get("draw_dir") or os.path.join(workdir, "predictions")
-    os.makedirs(pic_dir, exist_ok=True)
+    epath.Path(pic_dir).mkdir(parents=True, exist_ok=True)
     for doc, p, doc_pairs in zip(docs, preds, pairs):
       for page in range(doc.num_pages):
         # With the words written in: a picture of predictions is for reading what was found.
-        viz.draw_document(doc, os.path.join(pic_dir, f"{_safe(doc.id)}_p{page}.png"), page=page,
-                          entities=p.entities, show_text=True,
-                          pairs=[(k, v) for k, v, _ in doc_pairs])
+        draw = functools.partial(viz.draw_document, doc, page=page, entities=p.entities,
+                                 show_text=True, pairs=[(k, v) for k, v, _ in doc_pairs])
+        # Pillow writes local files: a remote folder gets each through a temporary copy.
+        remote.write_through_local(os.path.join(pic_dir, f"{_safe(doc.id)}_p{page}.png"), draw)
   print(f"wrote predictions for {len(docs)} documents to {out}")
   return out
 

@@ -76,12 +76,12 @@ class MetricsWriter:
 
 
 def read_metrics(workdir: str) -> list[dict]:
-  """All rows of `WORKDIR/metrics.jsonl` (for tests and notebooks)."""
-  path = os.path.join(workdir, "metrics.jsonl")
-  if not os.path.exists(path):
+  """All rows of `WORKDIR/metrics.jsonl` (for tests and notebooks; gs:// too, via epath)."""
+  from etils import epath  # pylint: disable=import-outside-toplevel
+  path = epath.Path(workdir) / "metrics.jsonl"
+  if not path.exists():
     return []
-  with open(path, encoding="utf-8") as f:
-    return [json.loads(line) for line in f if line.strip()]
+  return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def _to_python(v):

@@ -26,7 +26,8 @@ from jax.experimental import multihost_utils
 
 from flaxdoc.train import checkpoint as ckpt_lib
 from flaxdoc.train import evaluate as eval_lib
-from flaxdoc.train import hf_init, input_pipeline, linking, metrics_writer, optimizer, setup
+from flaxdoc.train import hf_init, input_pipeline, linking, metrics_writer, optimizer, remote
+from flaxdoc.train import setup
 from flaxdoc.train import sharding as sharding_lib
 from flaxdoc.train import state as state_lib
 
@@ -65,6 +66,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   mode = config.mode
   if mode not in ("train", "pretrain"):
     raise ValueError(f"train_and_evaluate handles modes 'train' and 'pretrain', not {mode!r}")
+  # gs:// without gcsfs (epath reads config.json, Orbax the checkpoints): one line, now.
+  remote.check_filesystem(workdir, "--workdir")
   if not ckpt_lib.is_remote(workdir):
     os.makedirs(workdir, exist_ok=True)
   # The experiment resolves init_from=hf:DIR (sizes + tokenizer) once; the written
