@@ -293,15 +293,39 @@ def move_aside(directory: str, step: int, reason: str) -> str:
   """Moves step `step` to `WORKDIR/damaged_checkpoints/<step>` (never deletes it)."""
   workdir = os.path.dirname(str(directory).rstrip("/"))
   dest_root = os.path.join(workdir, DAMAGED_DIR)
-  os.makedirs(dest_root, exist_ok=True)
   dest = os.path.join(dest_root, str(step))
-  if os.path.exists(dest):
-    dest = f"{dest}.{time.strftime('%Y%m%d-%H%M%S')}"
-  shutil.move(step_dir(directory, step), dest)
+  if is_remote(directory):  # os calls on gs://b/run would make a local folder named `gs:`
+    from etils import epath  # pylint: disable=import-outside-toplevel
+    if epath.Path(dest).exists():
+      dest = f"{dest}.{time.strftime('%Y%m%d-%H%M%S')}"
+    _move_remote(epath.Path(step_dir(directory, step)), epath.Path(dest))
+  else:
+    os.makedirs(dest_root, exist_ok=True)
+    if os.path.exists(dest):
+      dest = f"{dest}.{time.strftime('%Y%m%d-%H%M%S')}"
+    shutil.move(step_dir(directory, step), dest)
   log.warning("moved damaged checkpoint step %d (%s) to %s so training can save step %d again; "
-              "nothing was deleted: inspect it, then remove it with `rm -r %s`",
-              step, reason, dest, step, dest)
+              "nothing was deleted: inspect it, then remove it with `%s %s`", step, reason, dest,
+              step, "gcloud storage rm -r" if is_remote(directory) else "rm -r", dest)
   return dest
+
+
+def _move_remote(source, dest):
+  """Moves a folder on an object store: copies its files, then removes it (after every copy,
+  so a failure leaves the step where it was). Object stores have no folder rename, and
+  epath's rename wants `dest`'s parent to exist, which a bucket's "folders" (prefixes of
+  object names) do not until a file is under them."""
+  _copy_tree(source, dest)
+  source.rmtree()
+
+
+def _copy_tree(source, dest):
+  dest.mkdir(parents=True, exist_ok=True)  # a no-op on gs://; a local stand-in needs it
+  for child in source.iterdir():
+    if child.is_dir():
+      _copy_tree(child, dest / child.name)
+    else:
+      child.copy(dest / child.name)
 
 
 # --------------------------------------------------------------- test hook

@@ -6,7 +6,7 @@ real `gs://` strings. What this exercises: every file flaxdoc itself reads or wr
 workdir -- `config.json` (read by `setup.with_the_runs_record` and the exporter),
 `eval_<split>.json`, `predictions.jsonl`, the PNG pictures (drawn to a local temporary
 file, then copied), the export's `model.safetensors` and `config.json`, `metrics.jsonl`
-(read) -- going through epath, giving the same files as a
+(read), a damaged step moved aside -- going through epath, giving the same files as a
 local workdir, and no `os.path`/`open` on a `gs://` string (that would create a folder
 named `gs:` in the current directory, which each test checks is still empty).
 
@@ -32,6 +32,7 @@ from etils.epath import testing as epath_testing
 
 from flaxdoc.export import exporter
 from flaxdoc.train import checkpoint as ckpt_lib
+from flaxdoc.train import checkpoint_recovery as recovery
 from flaxdoc.train import inference, metrics_writer, remote
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -141,6 +142,21 @@ def test_eval_predict_export_on_a_gs_workdir_write_what_a_local_one_does(runs, c
   assert "run/eval_dev.json" in written and "run/predictions.jsonl" in written
   assert written[:2] == ["export/config.json", "export/model.safetensors"]
   assert any(w.startswith("run/predictions/") and w.endswith(".png") for w in written)
+
+
+def test_a_damaged_step_on_a_gs_workdir_is_moved_aside_through_epath(tmp_path, cwd):
+  store = tmp_path / "store"
+  for step in ("9", "9b"):  # the second 9 finds the first one's place taken
+    step_dir = store / "run" / "checkpoints" / "9"
+    (step_dir / "state").mkdir(parents=True)
+    (step_dir / "state" / "array").write_bytes(step.encode() * 100)
+    (step_dir / "commit_success.txt").write_text(step)
+    with fake_gcs(store):
+      dest = recovery.move_aside(f"{BUCKET}/run/checkpoints", 9, "truncated")
+    assert dest.startswith(f"{BUCKET}/run/damaged_checkpoints/9") and not step_dir.exists()
+    moved = store / dest[len(BUCKET) + 1:]
+    assert (moved / "state" / "array").read_bytes() == step.encode() * 100
+  assert len(list((store / "run" / "damaged_checkpoints").iterdir())) == 2
 
 
 @pytest.mark.skipif(importlib.util.find_spec("gcsfs") is not None, reason="gcsfs is installed")
