@@ -211,6 +211,22 @@ def helpers_cell() -> nbformat.NotebookNode:
         return config
 
 
+      def reach_workdir(workdir):
+        """Mounts Drive for a /content/drive path. For gs://, signs in (in Colab: credentials
+        for TensorStore and gcsfs) and installs gcsfs, through which etils.epath reaches gs://
+        (Orbax's metadata, config.json, metrics, eval/predict outputs, the export)."""
+        if workdir.startswith("/content/drive"):
+          from google.colab import drive
+          drive.mount("/content/drive")
+        elif workdir.startswith("gs://"):
+          if IN_COLAB:
+            from google.colab import auth
+            auth.authenticate_user()
+          if importlib.util.find_spec("gcsfs") is None:
+            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "gcsfs"], check=True)
+            importlib.invalidate_caches()
+
+
       def read_metrics(workdir):
         """The rows of WORKDIR/metrics.jsonl (local, Drive or gs:// folders)."""
         from etils import epath

@@ -26,9 +26,10 @@ def export_pytorch() -> list[nbformat.NotebookNode]:
           the model with `torch.export`.
 
           Any runtime works (the export runs on a CPU). `WORKDIR` below: a trained run, for
-          example the fine-tuning run of `pretrain_tpu.ipynb` on Drive (a run on GCS: copy
-          it to a local folder first, `gcloud storage cp --recursive`, as the export reads
-          local files). Left empty, a small model is trained first.
+          example the fine-tuning run of `pretrain_tpu.ipynb` on Drive or on GCS
+          (`gs://bucket/path`: read in place, after signing in; the cell installs `gcsfs`,
+          which `etils.epath` reads `gs://` with). Left empty, a small model is trained
+          first.
           """),
       install_cell("torch"),
       devices_cell(),
@@ -38,9 +39,7 @@ def export_pytorch() -> list[nbformat.NotebookNode]:
           from flaxdoc.train import trainer
 
           WORKDIR = ""  # @param {type:"string"}
-          if WORKDIR.startswith("/content/drive"):
-            from google.colab import drive
-            drive.mount("/content/drive")
+          reach_workdir(WORKDIR)  # Drive mounted; for gs://, signed in and gcsfs installed
           if WORKDIR:
             # The run's own config (the trainer saves it as WORKDIR/config.json).
             from etils import epath

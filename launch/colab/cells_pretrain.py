@@ -46,17 +46,7 @@ def pretrain() -> list[nbformat.NotebookNode]:
           WORKDIR = ""  # @param {type:"string"}
           if not WORKDIR:
             WORKDIR = "/content/drive/MyDrive/flaxdoc" if IN_COLAB and not SMALL else str(RUNS)
-          if WORKDIR.startswith("/content/drive"):
-            from google.colab import drive
-            drive.mount("/content/drive")
-          elif WORKDIR.startswith("gs://"):
-            if IN_COLAB:
-              from google.colab import auth
-              auth.authenticate_user()  # credentials for Orbax (TensorStore) and etils
-            if importlib.util.find_spec("gcsfs") is None:
-              # etils.epath (config.json, metrics.jsonl) reaches gs:// through gcsfs.
-              subprocess.run([sys.executable, "-m", "pip", "install", "-q", "gcsfs"], check=True)
-              importlib.invalidate_caches()
+          reach_workdir(WORKDIR)  # Drive mounted; for gs://, signed in and gcsfs installed
           PRETRAIN_DIR = WORKDIR.rstrip("/") + "/pretrain"
           FINETUNE_DIR = WORKDIR.rstrip("/") + "/finetune"
           print("pre-training run:", PRETRAIN_DIR)
@@ -178,9 +168,9 @@ def pretrain() -> list[nbformat.NotebookNode]:
           The fine-tuned run evaluates and predicts like any other
           (`inference.run_eval` / `run_predict`, or `--config.mode=eval|predict`, as in
           `quickstart_tpu.ipynb`), and `export_pytorch.ipynb` exports it to PyTorch (set
-          its `WORKDIR` to `FINETUNE_DIR`). Eval, predict and the export read and write
-          the run's files with local file calls: for a run on GCS, copy it to a local
-          folder first (`gcloud storage cp --recursive`). On a TPU pod slice the same
-          configs run with `launch/tpu/pod.sh` (see `launch/README.md`).
+          its `WORKDIR` to `FINETUNE_DIR`). A run on GCS needs no local copy for them:
+          eval, predict and the export read and write the `gs://` run in place (through
+          Orbax and `etils.epath`, with the `gcsfs` installed above). On a TPU pod slice
+          the same configs run with `launch/tpu/pod.sh` (see `launch/README.md`).
           '''),
   ]
