@@ -30,6 +30,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as ocm
 
 from flaxdoc.train import checkpoint_recovery as recovery
+from flaxdoc.train.remote import is_remote  # gs://, s3://, ...: Orbax/epath, never os.path
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +86,6 @@ def has_checkpoint(workdir: str) -> bool:
   from etils import epath  # pylint: disable=import-outside-toplevel
   directory = epath.Path(checkpoint_dir(workdir))
   return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
-
-
-def is_remote(path: str) -> bool:
-  """gs://, s3://, ... paths (handled by Orbax/TensorStore, never by os.path)."""
-  return "://" in str(path)
 
 
 def checkpoint_dir(workdir: str) -> str:

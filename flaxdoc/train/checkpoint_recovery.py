@@ -44,6 +44,8 @@ from typing import Any, Callable, TypeVar
 
 import jax
 
+from flaxdoc.train.remote import is_remote
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -73,10 +75,6 @@ class NoRestorableCheckpointError(CheckpointError):
 
 class CheckpointMismatchError(CheckpointError):
   """The checkpoint's tree does not fit the model being restored (another config)."""
-
-
-def is_remote(path: str) -> bool:
-  return "://" in str(path)
 
 
 def step_dir(directory: str, step: int) -> str:

@@ -25,7 +25,7 @@ from flaxdoc.data.document import Document
 from flaxdoc.data.features import FeatureConfig, batch_features, featurize
 from flaxdoc.train import checkpoint as ckpt_lib
 from flaxdoc.train import checkpoint_recovery
-from flaxdoc.train import hf_init, linking
+from flaxdoc.train import hf_init, linking, remote
 from flaxdoc.train.config_error import ConfigError
 from flaxdoc.train.input_pipeline import FeaturizedSplit, featurize_split
 
@@ -160,11 +160,11 @@ def absolute_paths(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
   directory it was written in: its paths are resolved here, as they always were."""
   changes = {}  # flag -> (as given, absolute)
   folder = hf_init.hf_folder(config.get("init_from"))
-  if folder is not None and not ckpt_lib.is_remote(folder) and not os.path.isabs(folder):
+  if folder is not None and not remote.is_remote(folder) and not os.path.isabs(folder):
     changes["init_from"] = (config.init_from, f"{hf_init.HF_PREFIX}{os.path.abspath(folder)}")
   dataset = config.data.get("dataset") or ""
   spec = dataset[len("jsonl:"):]
-  if (dataset.startswith("jsonl:") and spec and not ckpt_lib.is_remote(spec)
+  if (dataset.startswith("jsonl:") and spec and not remote.is_remote(spec)
       and not os.path.isabs(spec)):  # the reader opens `spec` as given: relative to here
     changes["data.dataset"] = (dataset, f"jsonl:{os.path.abspath(spec)}")
   if not changes:

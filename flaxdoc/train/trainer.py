@@ -68,7 +68,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     raise ValueError(f"train_and_evaluate handles modes 'train' and 'pretrain', not {mode!r}")
   # gs:// without gcsfs (epath reads config.json, Orbax the checkpoints): one line, now.
   remote.check_filesystem(workdir, "--workdir")
-  if not ckpt_lib.is_remote(workdir):
+  if not remote.is_remote(workdir):
     os.makedirs(workdir, exist_ok=True)
   # The experiment resolves init_from=hf:DIR (sizes + tokenizer) once; the written
   # config.json and everything below use that resolved config. A resume takes what the
