@@ -9,7 +9,9 @@ process 0 writes.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import logging
 import math
 import os
 import sys
@@ -18,6 +20,9 @@ from typing import Mapping
 
 import jax
 import numpy as np
+
+
+log = logging.getLogger(__name__)
 
 
 class MetricsWriter:
@@ -42,11 +47,7 @@ class MetricsWriter:
       else:
         os.makedirs(workdir, exist_ok=True)
       if tensorboard:
-        try:
-          from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
-          self._tb = SummaryWriter(logdir=f"{str(workdir).rstrip('/')}/tensorboard")
-        except ImportError:  # optional: JSON Lines still written
-          self._tb = None
+        self._tb = _summary_writer(f"{str(workdir).rstrip('/')}/tensorboard")
 
   def write(self, step: int, metrics: Mapping[str, float]):
     if not self.active:
@@ -73,6 +74,30 @@ class MetricsWriter:
     if self._tb is not None:
       self._tb.close()
       self._tb = None
+
+
+def _summary_writer(logdir: str):
+  """A tensorboardX SummaryWriter, or None with a warning saying why (metrics.jsonl is
+  written either way). tensorboardX writes gs:// through google-cloud-storage (which gcsfs,
+  in the `tpu` extra, installs); without it the writer fails (and its half-made file
+  object prints a traceback when collected), so that is checked first."""
+  try:
+    if logdir.startswith("gs://") and not _installed("google.cloud.storage"):
+      raise ImportError("gs:// needs google-cloud-storage")
+    from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
+    return SummaryWriter(logdir=logdir)
+  except ImportError as e:
+    log.warning("no TensorBoard files in %s (%s: pip install %s); metrics.jsonl is written",
+                logdir, e, "google-cloud-storage" if logdir.startswith("gs://") else
+                "tensorboardX")
+    return None
+
+
+def _installed(module: str) -> bool:
+  try:
+    return importlib.util.find_spec(module) is not None
+  except ModuleNotFoundError:  # a parent package (google.cloud) is missing
+    return False
 
 
 def read_metrics(workdir: str) -> list[dict]:

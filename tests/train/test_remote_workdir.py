@@ -184,3 +184,15 @@ def test_a_scheme_epath_does_not_know_is_a_config_error(cwd):
   with pytest.raises(remote.RemoteFilesystemError, match=r"--workdir=file:///x/run: .*gs://"):
     remote.check_filesystem("file:///x/run", "--workdir")
   remote.check_filesystem("relative/run", "--workdir")  # local: nothing checked, nothing made
+
+
+def test_tensorboard_on_gs_without_its_package_is_a_warning_not_silence(caplog, monkeypatch):
+  """tensorboardX writes gs:// through google-cloud-storage; without it, a warning names the
+  package (it used to be dropped silently) and metrics.jsonl is still written."""
+  monkeypatch.setattr(metrics_writer, "_installed", lambda module: False)
+  with caplog.at_level("WARNING", "flaxdoc.train.metrics_writer"):
+    writer = metrics_writer._summary_writer(  # pylint: disable=protected-access
+        "gs://bucket/run/tensorboard")
+  assert writer is None
+  assert "pip install google-cloud-storage" in caplog.text
+  assert "gs://bucket/run/tensorboard" in caplog.text
