@@ -115,7 +115,8 @@ def load_funsd(data_dir, split: str, *, ids: Collection[str] | None = None,
     doc, info = _read_form(ann / f"{doc_id}.json", doc_id, image, local, box_policy,
                            other_as_entity)
     if ocr:
-      doc, lost = _ocr_form(doc, ann.parent / "images" / f"{doc_id}.png", ocr, ocr_cache_dir)
+      doc, lost = _ocr_form(doc, ann.parent / "images" / f"{doc_id}.png", ocr, ocr_cache_dir,
+                            local)
       info["stats"]["ocr_entities_lost"] += len(lost)
     return doc, info
 
@@ -123,6 +124,10 @@ def load_funsd(data_dir, split: str, *, ids: Collection[str] | None = None,
     report.skipped_words += local.skipped_words
     report.skipped_entities += local.skipped_entities
     report.repairs += local.repairs
+    # OCR (config.data.dataset_options.ocr): the pages' source and blank pages, in the summary.
+    report.page_sources.update(local.page_sources)
+    for k, pages in local.stats.get("pages_without_text", {}).items():
+      report.stats.setdefault("pages_without_text", {})[k] = pages
     for note in doc.repairs:
       report.repair(doc_id, note)
     stats.update(info["stats"])
@@ -152,14 +157,16 @@ def load_funsd(data_dir, split: str, *, ids: Collection[str] | None = None,
   return docs, report
 
 
-def _ocr_form(gold: Document, image: Path, engine: str, cache_dir) -> tuple[Document, list[int]]:
+def _ocr_form(gold: Document, image: Path, engine: str, cache_dir,
+              report: LoadReport) -> tuple[Document, list[int]]:
   """The form's words read from its image by `engine`, labelled with the gold entities."""
   from flaxdoc.data.ocr.matching import with_gold_entities  # pylint: disable=import-outside-toplevel
   from flaxdoc.data.ocr.reader import read_document  # pylint: disable=import-outside-toplevel
   if not image.is_file():
     raise DocumentError(f"ocr={engine!r} needs the form's image, and {image} is missing",
                         doc_id=gold.id, field="ocr", source=str(image))
-  scan = read_document(image, engine=engine, doc_id=gold.id, cache_dir=cache_dir or None)
+  scan = read_document(image, engine=engine, doc_id=gold.id, cache_dir=cache_dir or None,
+                       report=report)
   return with_gold_entities(gold, scan)
 
 

@@ -152,8 +152,13 @@ def _number(flag: str, value) -> float:
     raise ConfigError(f"{flag}={value!r}: must be a number") from None
 
 
+# `config.data.tokenizer` kinds whose argument is a file or folder (`tokenizers.load_tokenizer`).
+TOKENIZER_FILE_KINDS = ("hf", "sentencepiece", "wordpiece", "wordpiece-cased", "bpe")
+
+
 def absolute_paths(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """`config` with a relative `init_from=hf:DIR` and `data.dataset=jsonl:PATH` made absolute
+  """`config` with a relative `init_from=hf:DIR`, `data.dataset=jsonl:PATH` and
+  `data.tokenizer=KIND:PATH` (a vocabulary file or folder) made absolute
   (against the current directory), logged: the run's config.json records them so, and eval,
   predict, export and a resume find them from any directory. A copy; `config` itself when
   nothing is relative. A record written before (relative paths) still works from the
@@ -167,6 +172,11 @@ def absolute_paths(config: ml_collections.ConfigDict) -> ml_collections.ConfigDi
   if (dataset.startswith("jsonl:") and spec and not remote.is_remote(spec)
       and not os.path.isabs(spec)):  # the reader opens `spec` as given: relative to here
     changes["data.dataset"] = (dataset, f"jsonl:{os.path.abspath(spec)}")
+  tokenizer = config.data.get("tokenizer") or ""
+  kind, _, path = tokenizer.partition(":")  # "wordpiece:vocab.txt", "hf:DIR", ...: a file
+  if (kind in TOKENIZER_FILE_KINDS and path and not remote.is_remote(path)
+      and not os.path.isabs(os.path.expanduser(path))):
+    changes["data.tokenizer"] = (tokenizer, f"{kind}:{os.path.abspath(path)}")
   if not changes:
     return config
   out = copy.deepcopy(config)

@@ -220,6 +220,14 @@ def test_encrypted_pdf_on_the_command_line(tmp_path, monkeypatch, capsys):
   monkeypatch.setenv("FLAXDOC_PDF_PASSWORD", "s3cret-77")
   with pytest.raises(DocumentError, match="locked.pdf.*password given is wrong"):
     read_document(locked, engine="tesseract", password="wrong")
+  # The OCR cache (filled above, keyed by the file's bytes) does not stand in for the password.
+  cache = tmp_path / "out"
+  assert read_document(locked, engine="tesseract", cache_dir=cache).words[0] == "Typed"
+  with pytest.raises(DocumentError, match="locked.pdf.*password given is wrong"):
+    read_document(locked, engine="tesseract", password="wrong", cache_dir=cache)
+  monkeypatch.delenv("FLAXDOC_PDF_PASSWORD")
+  with pytest.raises(DocumentError, match="locked.pdf.*encrypted: give its password"):
+    read_document(locked, engine="tesseract", cache_dir=cache)
 
 
 # ----------------------------------------------------------------------------- errors
@@ -353,6 +361,9 @@ def test_funsd_reread_with_ocr(engine, datasets_dir, tmp_path):
                             ocr_cache_dir=tmp_path)
   doc = docs[0]
   assert report.stats["ocr"] == engine and doc.label_set == gold[0].label_set
+  # Where the words came from is in the dataset's report (not a log line per form).
+  assert report.page_sources == {ids[0]: [engine]}
+  assert f"words from: 1 page, by {engine}" in report.summary()
   assert doc.page_images == gold[0].page_images
   np.testing.assert_array_equal(doc.page_sizes, gold[0].page_sizes)
   # Most gold entities keep some OCR words, and labels land on overlapping words.

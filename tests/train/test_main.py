@@ -312,9 +312,15 @@ def test_relative_jsonl_and_hf_paths_are_recorded_absolute(tmp_path, monkeypatch
   config = tiny_config(init_from="hf:models/minilm")
   assert setup.absolute_paths(config).init_from == f"hf:{os.path.join(here, 'models/minilm')}"
   assert config.init_from == "hf:models/minilm"  # the caller's config is left as it was
-  for given in ("hf:/models/minilm", "/tmp/pretrain_run", "", "jsonl:/data/{split}.jsonl"):
-    config = tiny_config(init_from=given) if given[:6] != "jsonl:" else tiny_config(
-        **{"data.dataset": given})
+  for given in ("wordpiece:vocab/vocab.txt", "sentencepiece:sp.model", "bpe:bpe", "hf:m"):
+    kind, _, path = given.partition(":")
+    want = f"{kind}:{os.path.join(here, path)}"
+    assert setup.absolute_paths(tiny_config(**{"data.tokenizer": given})).data.tokenizer == want
+  for field, given in (("init_from", "hf:/models/minilm"), ("init_from", "/tmp/pretrain_run"),
+                       ("init_from", ""), ("data.dataset", "jsonl:/data/{split}.jsonl"),
+                       ("data.tokenizer", "default"), ("data.tokenizer", "wordpiece:/v/vocab.txt"),
+                       ("data.tokenizer", "sentencepiece:gs://b/sp.model")):
+    config = tiny_config(**{field: given})
     assert setup.absolute_paths(config) is config, given
   # A record written before (a relative hf: path) is taken as it is and resolved here.
   (tmp_path / "run" / "config.json").write_text(json.dumps({"init_from": "hf:models/minilm"}))

@@ -126,6 +126,10 @@ def read_document(path: str | os.PathLike, *, engine: str = DEFAULT_ENGINE,
   kind = pages_lib.sniff_format(path)
   if cache_dir is not None:
     cached = cache_lib.load(cache_dir, path, engine, dpi, doc_id)
+    if cached is not None and kind == "pdf":
+      # The cache is keyed by the file's bytes, not by who may read them: an encrypted PDF
+      # must still open with the password given now (a wrong or missing one raises).
+      pages_lib.open_pdf(path, password).close()
     if cached is not None:
       _record_sources(report, source, doc_id, cached[1])
       return cached[0]
