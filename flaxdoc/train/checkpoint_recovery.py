@@ -304,8 +304,12 @@ def move_aside(directory: str, step: int, reason: str) -> str:
     shutil.move(step_dir(directory, step), dest)
   log.warning("moved damaged checkpoint step %d (%s) to %s so training can save step %d again; "
               "nothing was deleted: inspect it, then remove it with `%s %s`", step, reason, dest,
-              step, "gcloud storage rm -r" if is_remote(directory) else "rm -r", dest)
+              step, _REMOVE_COMMANDS.get(str(directory).split("://")[0], "rm -r"), dest)
   return dest
+
+
+# What removes a folder, by the scheme of its path (a local path: "rm -r").
+_REMOVE_COMMANDS = {"gs": "gcloud storage rm -r", "s3": "aws s3 rm --recursive"}
 
 
 def _move_remote(source, dest):

@@ -49,9 +49,8 @@ def restore_for_inference(config: ml_collections.ConfigDict, workdir: str):
     rules = sharding_lib.rules_from_config(config.mesh.get("rules"))
     env = setup.Experiment.create(setup.with_the_runs_record(config, workdir))
     config = env.config  # init_from=hf:DIR resolved once, by the experiment
-    oc = ml_collections.ConfigDict(config.optim.to_dict())
-    oc.total_steps = config.total_steps
-    tx, _ = optimizer.make_optimizer(oc, pretrained=hf_init.pretrained_mask(config))
+    tx, _ = optimizer.make_optimizer(optimizer.run_optim_config(config),
+                                     pretrained=hf_init.pretrained_mask(config))
     init_fn = state_lib.make_init_fn(env.model, tx, env.example_batch(1))
     boxed = jax.eval_shape(init_fn, jax.random.PRNGKey(0))
     shardings = sharding_lib.logical_shardings(boxed, mesh, rules)
@@ -84,15 +83,16 @@ def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict:
         feats, preds, linking.link_fn_for(config, env.model, params), config.eval_batch_size)
     report += "\nkey -> value relations: " + linking.summary(scores["relations"])
   print(f"\n{config.data.dataset} {split}: {len(feats.documents)} documents\n{report}")
-  if _writes_here(workdir):
+  if _writes_outputs():
     (epath.Path(workdir) / f"eval_{split}.json").write_text(json.dumps(scores, indent=1))
   return scores
 
 
-def _writes_here(path) -> bool:
-  """Every process writes its own local copy (a pod's hosts have their own disks); a remote
-  file is shared, so only process 0 writes it (as the trainer does its config.json)."""
-  return not remote.is_remote(path) or jax.process_index() == 0
+def _writes_outputs() -> bool:
+  """Process 0 writes the outputs, as the trainer writes config.json: a remote file, and a
+  local one on a filesystem SLURM's processes share, would otherwise be written by every
+  process at once (each holds the same results)."""
+  return jax.process_index() == 0
 
 
 def _input_documents(config, env):
@@ -141,7 +141,7 @@ def run_predict(config: ml_collections.ConfigDict, workdir: str) -> str:
                                    linking.link_fn_for(config, env.model, params),
                                    config.eval_batch_size)
   out = config.predict.get("output") or os.path.join(workdir, "predictions.jsonl")
-  if _writes_here(out):
+  if _writes_outputs():
     out_path = epath.Path(out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with out_path.open("w") as f:  # utf-8, as every epath text file
@@ -153,7 +153,7 @@ def run_predict(config: ml_collections.ConfigDict, workdir: str) -> str:
                           for k, v, s in doc_pairs]
         f.write(json.dumps(row) + "\n")
   pic_dir = config.predict.get("draw_dir") or os.path.join(workdir, "predictions")
-  if config.predict.get("draw") and _writes_here(pic_dir):
+  if config.predict.get("draw") and _writes_outputs():
     from flaxdoc import viz  # pylint: disable=import-outside-toplevel
     epath.Path(pic_dir).mkdir(parents=True, exist_ok=True)
     for doc, p, doc_pairs in zip(docs, preds, pairs):
@@ -163,7 +163,8 @@ def run_predict(config: ml_collections.ConfigDict, workdir: str) -> str:
                                  show_text=True, pairs=[(k, v) for k, v, _ in doc_pairs])
         # Pillow writes local files: a remote folder gets each through a temporary copy.
         remote.write_through_local(os.path.join(pic_dir, f"{_safe(doc.id)}_p{page}.png"), draw)
-  print(f"wrote predictions for {len(docs)} documents to {out}")
+  if _writes_outputs():
+    print(f"wrote predictions for {len(docs)} documents to {out}")
   return out
 
 

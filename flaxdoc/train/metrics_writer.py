@@ -21,6 +21,8 @@ from typing import Mapping
 import jax
 import numpy as np
 
+from flaxdoc.train import remote
+
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +34,7 @@ class MetricsWriter:
     self.active = jax.process_index() == 0
     # Object stores (gs://) cannot append: remote metrics are kept in memory and
     # the whole file is rewritten on each write, via etils.epath.
-    self.remote = "://" in str(workdir)
+    self.remote = remote.is_remote(workdir)
     self.path = f"{str(workdir).rstrip('/')}/metrics.jsonl"
     self._rows: list[str] = []
     self._tb = None

@@ -58,6 +58,15 @@ def decay_mask(params):
   return traverse_util.unflatten_dict({k: wants_decay(k) for k in flat})
 
 
+def run_optim_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`config.optim` with the run's `total_steps`, which the schedule needs: what
+  `make_optimizer` gets from the trainer and from eval/predict (whose restored optimiser
+  state must have the same structure)."""
+  oc = ml_collections.ConfigDict(config.optim.to_dict())
+  oc.total_steps = config.total_steps
+  return oc
+
+
 def make_optimizer(config: ml_collections.ConfigDict, pretrained: Callable | None = None
                    ) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """The optimiser of `config.optim` and its schedule (for logging).

@@ -85,7 +85,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   # Before the data: a bad optimiser setting (a ConfigError) is named before minutes of
   # featurising.
-  tx, schedule = optimizer.make_optimizer(_optim_config(config),
+  tx, schedule = optimizer.make_optimizer(optimizer.run_optim_config(config),
                                           pretrained=hf_init.pretrained_mask(config))
 
   # --- data
@@ -221,7 +221,3 @@ def save_config(config: ml_collections.ConfigDict, workdir: str):
   path.write_text(config.to_json_best_effort(indent=1, sort_keys=True))
 
 
-def _optim_config(config) -> ml_collections.ConfigDict:
-  oc = ml_collections.ConfigDict(config.optim.to_dict())
-  oc.total_steps = config.total_steps
-  return oc

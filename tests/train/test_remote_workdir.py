@@ -15,7 +15,8 @@ faked, so `checkpoint.make_manager` gets the local folder behind the fake bucket
 checks it was asked for the `gs://` one); every restore is real and must give the first
 one's parameters, but then uses its compiled predict function (one XLA compile, not six);
 gcsfs itself (object-store semantics such as folders that exist only once a file is under
-them, credentials, retries); and the process-0-only writes of a multi-host run.
+them, credentials, retries); a multi-host run (that the other processes write nothing is
+checked with a process index of 1 in this one process).
 """
 
 import contextlib
@@ -114,6 +115,17 @@ def runs(trained, tmp_path, monkeypatch):
   assert f"{BUCKET}/run" in asked
 
 
+class _AnotherProcess:
+  """`jax` as process 1 of a multi-host run sees it (`process_index`); the rest is jax's."""
+
+  def __getattr__(self, name):
+    return getattr(jax, name)
+
+  def process_index(self, *args):
+    del args
+    return 1
+
+
 def _tree(root: Path) -> dict[str, bytes]:
   return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
           if p.is_file()}
@@ -142,9 +154,19 @@ def test_eval_predict_export_on_a_gs_workdir_write_what_a_local_one_does(runs, c
   assert "run/eval_dev.json" in written and "run/predictions.jsonl" in written
   assert written[:2] == ["export/config.json", "export/model.safetensors"]
   assert any(w.startswith("run/predictions/") and w.endswith(".png") for w in written)
+  # The other processes of a multi-host run write nothing (process 0 writes for all: the
+  # files are shared, on a bucket or on the filesystem SLURM's processes share).
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(inference, "jax", _AnotherProcess())  # inference's own jax calls only
+    for name in ("eval_dev.json", "predictions.jsonl", "predictions"):
+      shutil.rmtree(local_root / "run" / name) if name == "predictions" else (
+          local_root / "run" / name).unlink()
+    inference.run_eval(tiny_config(mode="eval"), f"{local_root}/run")
+    inference.run_predict(predict, f"{local_root}/run")
+  assert _tree(local_root / "run") == {k[4:]: v for k, v in before.items()}
 
 
-def test_a_damaged_step_on_a_gs_workdir_is_moved_aside_through_epath(tmp_path, cwd):
+def test_a_damaged_step_on_a_gs_workdir_is_moved_aside_through_epath(tmp_path, cwd, caplog):
   store = tmp_path / "store"
   for step in ("9", "9b"):  # the second 9 finds the first one's place taken
     step_dir = store / "run" / "checkpoints" / "9"
@@ -157,6 +179,8 @@ def test_a_damaged_step_on_a_gs_workdir_is_moved_aside_through_epath(tmp_path, c
     moved = store / dest[len(BUCKET) + 1:]
     assert (moved / "state" / "array").read_bytes() == step.encode() * 100
   assert len(list((store / "run" / "damaged_checkpoints").iterdir())) == 2
+  # The log says how to remove it, with the bucket's own tool.
+  assert f"remove it with `gcloud storage rm -r {dest}`" in caplog.text
 
 
 @pytest.mark.skipif(importlib.util.find_spec("gcsfs") is not None, reason="gcsfs is installed")
