@@ -2,6 +2,7 @@
 
 import functools
 
+import jax
 import numpy as np
 import pytest
 
@@ -75,7 +76,9 @@ def test_configured_tiles_reach_the_kernels_and_change_no_value(monkeypatch):
     model = models.build_model(config, vocab_size=VOCAB, num_tags=TAGS, max_len=LENGTH,
                                pretraining=False, dtype="float32")
     params = models.random_parameters(model, batch)
-    outputs[tiles] = np.asarray(model.apply({"params": params}, batch)["tag_logits"])
+    # Compiled whole (op by op, every small op and each kernel would compile on its own).
+    apply = jax.jit(lambda p, b, model=model: model.apply({"params": p}, b)["tag_logits"])
+    outputs[tiles] = np.asarray(apply(params, batch))
   assert seen["etc"][-1] == etc_pallas.Tiles(16, 16, 2, 16, 16, 2)
   assert seen["gcn"][-1] == gcn_pallas.Tiles(4, 16, 8, 2)
   assert seen["etc"][0] is None and seen["gcn"][0] is None  # the defaults' run

@@ -65,22 +65,24 @@ def dense_reference(q, k, v, kg, vg, lvalid, gvalid, radius, ldoc=None, gdoc=Non
 
 
 def problem(b=2, n=70, h=2, d=16, g=2, axes=2, seed=0):
-  ks = jax.random.split(jax.random.key(seed), 12)
-  q, k, v = (jax.random.normal(ks[i], (b, n, h, d)) for i in range(3))
-  kg, vg = (jax.random.normal(ks[3 + i], (b, g, h, d)) for i in range(2))
-  rich = (0.5 * jax.random.normal(ks[5], (b, h, n, axes)),
-          0.5 * jax.random.normal(ks[6], (b, h, n, axes)),
-          jax.random.normal(ks[7], (b, h, n, axes)), jax.random.normal(ks[8], (b, h, n, axes)),
-          0.3 + jax.random.uniform(ks[9], (h, axes)))
-  coords = jnp.round(jax.random.uniform(ks[10], (b, n, axes)) * 60)  # ties on purpose
-  lvalid = jnp.arange(n)[None] < jnp.array([n, n - 23])[:b, None]
-  gvalid = jnp.ones((b, g), bool).at[-1, -1].set(g < 2)  # one invalid global when g >= 2
+  # Drawn with numpy: jax.random compiles its draws (~5 s a problem on a 2-core CPU).
+  rng = np.random.default_rng(seed)
+  normal = lambda *shape: rng.normal(size=shape).astype(np.float32)  # noqa: E731
+  q, k, v = (normal(b, n, h, d) for _ in range(3))
+  kg, vg = (normal(b, g, h, d) for _ in range(2))
+  rich = (0.5 * normal(b, h, n, axes), 0.5 * normal(b, h, n, axes), normal(b, h, n, axes),
+          normal(b, h, n, axes), (0.3 + rng.uniform(size=(h, axes))).astype(np.float32))
+  coords = np.round(rng.uniform(size=(b, n, axes)) * 60).astype(np.float32)  # ties on purpose
+  lvalid = np.arange(n)[None] < np.array([n, n - 23])[:b, None]
+  gvalid = np.ones((b, g), bool)
+  gvalid[-1, -1] = g < 2  # one invalid global when g >= 2
   # Two packed documents in row 0, with ids 0 and -1 (any int32 is an id), one in row 1.
-  ldoc = -(jnp.arange(n)[None] >= n // 2).astype(jnp.int32) * jnp.array([1, 0])[:b, None]
-  gdoc = -jnp.minimum(jnp.arange(g), 1)[None].repeat(b, 0).astype(jnp.int32)
-  return dict(q=q, k=k, v=v, kg=kg, vg=vg, rich=rich, coords=coords, lvalid=lvalid,
-              gvalid=gvalid, ldoc=ldoc, gdoc=gdoc,
-              ct=jax.random.normal(ks[11], (b, n, h, d)) * lvalid[..., None, None])
+  ldoc = -(np.arange(n)[None] >= n // 2).astype(np.int32) * np.array([1, 0], np.int32)[:b, None]
+  gdoc = -np.minimum(np.arange(g), 1)[None].repeat(b, 0).astype(np.int32)
+  ct = normal(b, n, h, d) * lvalid[..., None, None]
+  return jax.tree.map(jnp.asarray, dict(q=q, k=k, v=v, kg=kg, vg=vg, rich=rich, coords=coords,
+                                        lvalid=lvalid, gvalid=gvalid, ldoc=ldoc, gdoc=gdoc,
+                                        ct=ct))
 
 
 # Differentiable inputs; `rich` is (order_q, order_k, dist_q, dist_k, theta). The
@@ -267,7 +269,7 @@ def module_inputs(b=2, n=24):
 def test_module_kernels_share_parameters_and_agree():
   x, mask, geom = module_inputs()
   xla, fused = RichEtc("xla"), RichEtc("pallas")
-  params = xla.init(jax.random.key(0), x, mask, geom)
+  params = jax.jit(xla.init)(jax.random.key(0), x, mask, geom)  # op by op: 20 s more
   assert (jax.tree.map(jnp.shape, jax.eval_shape(fused.init, jax.random.key(0), x, mask, geom))
           == jax.tree.map(jnp.shape, params))
   def value_and_grad(model):

@@ -10,6 +10,7 @@ lacks fails here, not on the first GPU.
 
 from __future__ import annotations
 
+import functools
 import re
 
 import jax
@@ -27,6 +28,10 @@ from flaxdoc.nn import gcn_pallas as gp
 from flaxdoc.nn import gcn_pallas_kernels as gk
 from flaxdoc.nn import pallas_backend
 from flaxdoc.nn.gcn import GCNLayer, SuperTokenEncoder
+
+# XLA:CPU's default backend optimisation level, for a test that compares bits of two forms
+# (tests/conftest.py runs the tests at the lowest).
+DEFAULT_LEVEL = {"xla_backend_optimization_level": 3}
 
 # 4 nodes a tile, 8 in-edges a step: several steps per target tile, tiles without in-edges.
 SMALL = gp.Tiles(block_nodes=4, block_hidden=32, block_edges=8)
@@ -90,11 +95,14 @@ def grads(fn, p, cots):
   return jax.grad(f, argnums=tuple(range(len(DIFF))))(*(p[k] for k in DIFF))
 
 
-def training_forward(fn, p):
-  """`fn`'s outputs as differentiation computes them (the custom VJP's forward rule,
-  which with saved activations runs other kernels than a plain call)."""
-  out, _ = jax.vjp(lambda *diff: fn(**dict(p, **dict(zip(DIFF, diff)))), *(p[k] for k in DIFF))
-  return out
+def training_forward_and_grads(fn, p, cots):
+  """`fn`'s outputs as differentiation computes them (the custom VJP's forward rule, which
+  with saved activations runs other kernels than a plain call), and `grads(fn, p, cots)`
+  from the same `jax.vjp`: the pullback of `cots` in the outputs' dtypes, as `jax.grad`
+  passes them."""
+  out, pullback = jax.vjp(lambda *diff: fn(**dict(p, **dict(zip(DIFF, diff)))),
+                          *(p[k] for k in DIFF))
+  return out, pullback(tuple(c.astype(o.dtype) for c, o in zip(cots, out)))
 
 
 @pytest.mark.parametrize("save", [
@@ -122,17 +130,19 @@ def test_message_attention_is_attention_pool_of_the_node_products(save):
   def reference_products(h, ws, wn):
     return reference(h @ ws, h @ wn, **rest)
 
-  want = reference_products(hs, ws, wn)
-  for got in (fused_products(hs, ws, wn), jax.vjp(fused_products, hs, ws, wn)[0]):
-    for g, w in zip(got, want):
+  def training_forward_and_grads(fn, *args):  # the gradients of sum(outputs x cots)
+    out, pullback = jax.vjp(fn, *args)
+    return out, pullback(cots)
+
+  # One compiled program a side (op by op, every small op would compile on its own).
+  inference, (training, got) = jax.jit(lambda *a: (
+      fused_products(*a), training_forward_and_grads(fused_products, *a)))(hs, ws, wn)
+  want_out, want = jax.jit(functools.partial(training_forward_and_grads,
+                                             reference_products))(hs, ws, wn)
+  for outs in (inference, training):
+    for g, w in zip(outs, want_out):
       assert g.shape == w.shape
       np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-5)
-
-  def scalar(fn):
-    return lambda *a: sum(jnp.sum(o * c) for o, c in zip(fn(*a), cots))
-
-  got = jax.grad(scalar(fused_products), argnums=(0, 1, 2))(hs, ws, wn)
-  want = jax.grad(scalar(reference_products), argnums=(0, 1, 2))(hs, ws, wn)
   for name, g, w in zip(("h", "self_kernel", "neighbor_kernel"), got, want):
     scale = float(jnp.abs(w).max())
     assert scale > 0, name
@@ -165,20 +175,27 @@ def test_normal_cdf_and_gelu_pieces_match_scipy_and_autodiff():
 
 def check_against_reference(p, tiles=SMALL, seed=5, zero=(), save=False):
   """Values and the gradients of every differentiable input, against `reference`
-  (those named in `zero` are zero by the problem's construction). `save`: as `form`."""
+  (those named in `zero` are zero by the problem's construction). `save`: as `form`.
+  Returns the inference forward's `(pooled, weights)`.
+
+  Each side runs as one compiled program, not op by op (where every small op compiles on its
+  own): the kernels' inference forward, then their training forward and backward (one vjp)."""
   rng = np.random.default_rng(seed)
   cots = (jnp.asarray(rng.normal(size=p["s"].shape), jnp.float32),
           jnp.asarray(rng.normal(size=p["mask"].shape), jnp.float32))
-  want = reference(**p)
   run = fused(tiles, **form(save))
-  for got in (run(**p), training_forward(run, p)):
+  inference, (training, got_grads) = jax.jit(
+      lambda p, cots: (run(**p), training_forward_and_grads(run, p, cots)))(p, cots)
+  want, want_grads = jax.jit(functools.partial(training_forward_and_grads, reference))(p, cots)
+  for got in (inference, training):
     for g, w in zip(got, want):
       np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-5)
-  for name, g, w in zip(DIFF, grads(run, p, cots), grads(reference, p, cots)):
+  for name, g, w in zip(DIFF, got_grads, want_grads):
     scale = float(jnp.abs(w).max())
     assert (scale == 0) == (name in zero), name  # no comparison passes by being all zero
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=0,
                                atol=2e-5 * max(scale, 1e-6), err_msg=name)
+  return inference
 
 
 @pytest.mark.parametrize("tiles, save", [
@@ -197,9 +214,7 @@ def check_against_reference(p, tiles=SMALL, seed=5, zero=(), save=False):
     pytest.param(gp.Tiles(block_nodes=8, block_hidden=16, block_edges=32, fused_nodes=8),
                  FUSED_BOTH, marks=pytest.mark.slow)])
 def test_values_and_gradients_match_the_reference(tiles, save):
-  p = problem()
-  check_against_reference(p, tiles, save=save)
-  pooled, weights = fused(tiles, **form(save))(**p)
+  pooled, weights = check_against_reference(problem(), tiles, save=save)
   assert not np.asarray(weights)[0, 3].any() and not np.asarray(pooled)[0, 3].any()
 
 
@@ -216,12 +231,18 @@ def test_writing_d_pre_gives_the_recomputing_gradients_bit_for_bit(dtype):
           jnp.asarray(rng.normal(size=p["mask"].shape), jnp.float32))
   tiles = gp.Tiles(block_nodes=8, block_hidden=64, block_edges=16)  # few programs: quick
   q = dict(p, s=p["s"].astype(dtype), n=p["n"].astype(dtype))
-  written = grads(fused(tiles, write_d_pre=True), q, cots)
-  want = grads(reference, p, cots)
-  for name, g, w, r in zip(DIFF, written, grads(fused(tiles), q, cots), want):
+  # Both forms' gradients in one compiled program (op by op, every small op would compile on
+  # its own); their forwards are the same kernels, their backwards not. At XLA:CPU's default
+  # optimisation level, not the tests' lowest (tests/conftest.py), at which the two forms'
+  # float32 `d N` differ in the last bit (eager or compiled whole alike).
+  step = jax.jit(lambda q, cots: (grads(fused(tiles, write_d_pre=True), q, cots),
+                                  grads(fused(tiles), q, cots)))
+  written, recomputed = step.lower(q, cots).compile(DEFAULT_LEVEL)(q, cots)
+  for name, g, w in zip(DIFF, written, recomputed):
     np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(w, np.float32),
                                   err_msg=name)
-    if dtype == jnp.float32:
+  if dtype == jnp.float32:  # the reference's gradients, computed only where compared
+    for name, g, r in zip(DIFF, written, grads(reference, p, cots)):
       np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=0,
                                  atol=2e-5 * max(float(jnp.abs(r).max()), 1e-6), err_msg=name)
 
@@ -289,13 +310,15 @@ def test_valid_ids_out_of_range_are_clamped_as_xla_gathers_them():
   mask = np.asarray(p["mask"]).copy()
   mask[0, 2, 1] = mask[0, 5, 0] = True
   p = dict(p, ids=jnp.asarray(ids), mask=jnp.asarray(mask))
-  for g, w in zip(fused()(**p), reference(**dict(p, ids=jnp.clip(p["ids"], 0, 9)))):
+  clamped = dict(p, ids=jnp.asarray(np.clip(ids, 0, 9)))
+  got, want = jax.jit(lambda p, clamped: (fused()(**p), reference(**clamped)))(p, clamped)
+  for g, w in zip(got, want):
     np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-5)
 
 
 def test_no_gradient_reaches_the_edge_features():
   p = problem(b=1, nodes=8, k=3, f=4, h=16)
-  d_e = jax.grad(lambda e: fused()(**dict(p, e=e))[0].sum())(p["e"])
+  d_e = jax.jit(jax.grad(lambda e: fused()(**dict(p, e=e))[0].sum()))(p["e"])
   assert not np.asarray(d_e).any()
 
 
@@ -309,10 +332,16 @@ def test_bfloat16_inputs_stay_close_to_float32(save):
   p = problem(seed=1)
   low = dict(p, s=p["s"].astype(jnp.bfloat16), n=p["n"].astype(jnp.bfloat16))
   rounded = dict(p, s=low["s"].astype(jnp.float32), n=low["n"].astype(jnp.float32))
-  want, want_w = reference(**rounded)
-  # Inference, and the training forward (with saved activations it pools the saved x).
+  rng = np.random.default_rng(6)
+  cots = (jnp.asarray(rng.normal(size=p["s"].shape), jnp.float32),
+          jnp.asarray(rng.normal(size=p["mask"].shape), jnp.float32))
+  # Inference, and the training forward (with saved activations it pools the saved x) and
+  # its backward; one compiled program a side, not op by op.
   run = fused(**form(save))
-  inference, training = run(**low), training_forward(run, low)
+  inference, (training, got_grads) = jax.jit(
+      lambda p, cots: (run(**p), training_forward_and_grads(run, p, cots)))(low, cots)
+  (want, want_w), want_grads = jax.jit(functools.partial(training_forward_and_grads,
+                                                         reference))(rounded, cots)
   for pooled, weights in (inference, training):
     assert pooled.dtype == jnp.bfloat16 and weights.dtype == jnp.float32
     err = float(jnp.linalg.norm(pooled.astype(jnp.float32) - want) / jnp.linalg.norm(want))
@@ -322,10 +351,7 @@ def test_bfloat16_inputs_stay_close_to_float32(save):
     # (the fused forms run one kernel for both, so there is nothing to compare)
     np.testing.assert_array_equal(np.asarray(inference[0], np.float32),
                                   np.asarray(training[0], np.float32))
-  rng = np.random.default_rng(6)
-  cots = (jnp.asarray(rng.normal(size=p["s"].shape), jnp.float32),
-          jnp.asarray(rng.normal(size=p["mask"].shape), jnp.float32))
-  for name, g, w in zip(DIFF, grads(run, low, cots), grads(reference, rounded, cots)):
+  for name, g, w in zip(DIFF, got_grads, want_grads):
     assert g.dtype == low[name].dtype, name
     err = float(jnp.linalg.norm(g.astype(jnp.float32) - w) / jnp.linalg.norm(w))
     assert err < 2e-2, (name, err)  # ~0.8% measured: dots on bfloat16 operands
@@ -357,19 +383,21 @@ def test_layer_kernels_share_parameters_and_agree(kernel):
   h, ids, feats, mask, node_mask = layer_inputs()
   hidden = 2 * h.shape[-1] + feats.shape[-1]
   xla = GCNLayer(hidden_features=hidden)
-  params = nn.unbox(xla.init(jax.random.key(0), h, ids, feats, mask, node_mask))
+  # Compiled whole, not op by op (where every small op compiles on its own).
+  params = nn.unbox(jax.jit(xla.init)(jax.random.key(0), h, ids, feats, mask, node_mask))
   rng = np.random.default_rng(2)  # weights far from the 0.02 init: a peaked softmax
   params = jax.tree.map(lambda a: a + rng.normal(size=a.shape).astype(np.float32) * 0.3, params)
   cot = rng.normal(size=h.shape).astype(np.float32)
 
   def run(module):
     f = lambda p: jnp.sum(module.apply(p, h, ids, feats, mask, node_mask) * cot)  # noqa: E731
-    return module.apply(params, h, ids, feats, mask, node_mask), jax.grad(f)(params)
+    return jax.jit(lambda p: (module.apply(p, h, ids, feats, mask, node_mask),
+                              jax.grad(f)(p)))(params)
 
   out_x, g_x = run(xla)
   fused_layer = GCNLayer(hidden_features=hidden, kernel=kernel)
-  assert jax.tree.structure(params) == jax.tree.structure(
-      nn.unbox(fused_layer.init(jax.random.key(0), h, ids, feats, mask, node_mask)))
+  assert jax.tree.structure(params) == jax.tree.structure(nn.unbox(jax.eval_shape(
+      fused_layer.init, jax.random.key(0), h, ids, feats, mask, node_mask)))
   out_p, g_p = run(fused_layer)
   np.testing.assert_allclose(np.asarray(out_p), np.asarray(out_x), atol=3e-5, err_msg=kernel)
   for path, gx in jax.tree_util.tree_leaves_with_path(g_x):
