@@ -105,6 +105,19 @@ def training_forward_and_grads(fn, p, cots):
   return out, pullback(tuple(c.astype(o.dtype) for c, o in zip(cots, out)))
 
 
+# Each side of a comparison runs as one compiled program, not op by op (where every small op
+# compiles on its own).
+def kernel_side(run, p, cots):
+  """`(run(**p), training_forward_and_grads(run, p, cots))`: the kernels' inference forward,
+  then their training forward and backward."""
+  return jax.jit(lambda p, cots: (run(**p), training_forward_and_grads(run, p, cots)))(p, cots)
+
+
+def reference_side(p, cots):
+  """`training_forward_and_grads(reference, p, cots)`."""
+  return jax.jit(functools.partial(training_forward_and_grads, reference))(p, cots)
+
+
 @pytest.mark.parametrize("save", [
     False,
     # the node products' wiring is the same for both; the saving kernels are checked below
@@ -130,15 +143,14 @@ def test_message_attention_is_attention_pool_of_the_node_products(save):
   def reference_products(h, ws, wn):
     return reference(h @ ws, h @ wn, **rest)
 
-  def training_forward_and_grads(fn, *args):  # the gradients of sum(outputs x cots)
+  def outputs_and_grads(fn, *args):  # the gradients of sum(outputs x cots)
     out, pullback = jax.vjp(fn, *args)
     return out, pullback(cots)
 
   # One compiled program a side (op by op, every small op would compile on its own).
   inference, (training, got) = jax.jit(lambda *a: (
-      fused_products(*a), training_forward_and_grads(fused_products, *a)))(hs, ws, wn)
-  want_out, want = jax.jit(functools.partial(training_forward_and_grads,
-                                             reference_products))(hs, ws, wn)
+      fused_products(*a), outputs_and_grads(fused_products, *a)))(hs, ws, wn)
+  want_out, want = jax.jit(functools.partial(outputs_and_grads, reference_products))(hs, ws, wn)
   for outs in (inference, training):
     for g, w in zip(outs, want_out):
       assert g.shape == w.shape
@@ -176,17 +188,12 @@ def test_normal_cdf_and_gelu_pieces_match_scipy_and_autodiff():
 def check_against_reference(p, tiles=SMALL, seed=5, zero=(), save=False):
   """Values and the gradients of every differentiable input, against `reference`
   (those named in `zero` are zero by the problem's construction). `save`: as `form`.
-  Returns the inference forward's `(pooled, weights)`.
-
-  Each side runs as one compiled program, not op by op (where every small op compiles on its
-  own): the kernels' inference forward, then their training forward and backward (one vjp)."""
+  Returns the inference forward's `(pooled, weights)`."""
   rng = np.random.default_rng(seed)
   cots = (jnp.asarray(rng.normal(size=p["s"].shape), jnp.float32),
           jnp.asarray(rng.normal(size=p["mask"].shape), jnp.float32))
-  run = fused(tiles, **form(save))
-  inference, (training, got_grads) = jax.jit(
-      lambda p, cots: (run(**p), training_forward_and_grads(run, p, cots)))(p, cots)
-  want, want_grads = jax.jit(functools.partial(training_forward_and_grads, reference))(p, cots)
+  inference, (training, got_grads) = kernel_side(fused(tiles, **form(save)), p, cots)
+  want, want_grads = reference_side(p, cots)
   for got in (inference, training):
     for g, w in zip(got, want):
       np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-5, atol=2e-5)
@@ -336,12 +343,9 @@ def test_bfloat16_inputs_stay_close_to_float32(save):
   cots = (jnp.asarray(rng.normal(size=p["s"].shape), jnp.float32),
           jnp.asarray(rng.normal(size=p["mask"].shape), jnp.float32))
   # Inference, and the training forward (with saved activations it pools the saved x) and
-  # its backward; one compiled program a side, not op by op.
-  run = fused(**form(save))
-  inference, (training, got_grads) = jax.jit(
-      lambda p, cots: (run(**p), training_forward_and_grads(run, p, cots)))(low, cots)
-  (want, want_w), want_grads = jax.jit(functools.partial(training_forward_and_grads,
-                                                         reference))(rounded, cots)
+  # its backward.
+  inference, (training, got_grads) = kernel_side(fused(**form(save)), low, cots)
+  (want, want_w), want_grads = reference_side(rounded, cots)
   for pooled, weights in (inference, training):
     assert pooled.dtype == jnp.bfloat16 and weights.dtype == jnp.float32
     err = float(jnp.linalg.norm(pooled.astype(jnp.float32) - want) / jnp.linalg.norm(want))
