@@ -159,9 +159,12 @@ def test_an_hf_run_reads_and_resolves_config_json_once(tmp_path, monkeypatch):
 
 
 def _hidden(model, params, batch):
-  _, state = model.apply({"params": params}, batch,
-                         capture_intermediates=lambda mdl, method: mdl.name == "encoder")
-  return np.asarray(state["intermediates"]["encoder"]["__call__"][0])
+  @jax.jit  # compiled whole, not op by op
+  def encoded(params, batch):
+    _, state = model.apply({"params": params}, batch,
+                           capture_intermediates=lambda mdl, method: mdl.name == "encoder")
+    return state["intermediates"]["encoder"]["__call__"][0]
+  return np.asarray(encoded(params, batch))
 
 
 @needs_minilm
@@ -454,7 +457,8 @@ def test_every_family_starts_from_a_tiny_roberta_folder(tmp_path, config_file, a
   assert "embeddings.word_embeddings.embedding" in report.mapped
   if new_part:
     assert any(new_part in n for n in report.new), report.new
-  out = model.apply({"params": params}, batch)["tag_logits"]
+  # Compiled whole, not op by op (where every small op compiles on its own).
+  out = jax.jit(lambda p, b: model.apply({"params": p}, b)["tag_logits"])(params, batch)
   assert np.all(np.isfinite(np.asarray(out)))
 
 
