@@ -221,9 +221,9 @@ def test_neighbor_gradient_modes_give_the_same_layer_gradients(monkeypatch):
   layer, variables, _ = init_layer(h, ids, feats, mask, hidden_features=12)
   params = variables["params"]
 
-  def grads():
-    return jax.grad(lambda p, x: layer.apply({"params": p}, x, ids, feats, mask).sum(),
-                    argnums=(0, 1))(params, h)
+  def grads():  # jitted anew each call, so it traces with the mode set now
+    return jax.jit(jax.grad(lambda p, x: layer.apply({"params": p}, x, ids, feats, mask).sum(),
+                            argnums=(0, 1)))(params, h)
 
   monkeypatch.setattr(gcn_lib, "NEIGHBOR_GRADIENT", "scatter")
   a = grads()
