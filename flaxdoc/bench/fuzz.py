@@ -332,7 +332,11 @@ def run(cases: int, seed: int, sources=SOURCES, datasets_dir: pathlib.Path | Non
   """Runs the campaign; returns {"counts": {source: {outcome: n}}, "crashes": [...], "skipped": {...}}."""
   from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
   import logging  # pylint: disable=import-outside-toplevel
-  logging.getLogger("flaxdoc").setLevel(logging.ERROR)  # repairs are expected, by the thousand
+  # Repairs are expected, by the thousand; the level is put back after the campaign, so a caller
+  # in the same process (a test session) keeps its warnings.
+  logger = logging.getLogger("flaxdoc")
+  level = logger.level
+  logger.setLevel(logging.ERROR)
   scratch = pathlib.Path(tempfile.mkdtemp(prefix="flaxdoc-fuzz-"))
   try:
     camp = Campaign(datasets_dir or default_datasets_dir(), scratch)
@@ -364,6 +368,7 @@ def run(cases: int, seed: int, sources=SOURCES, datasets_dir: pathlib.Path | Non
             "skipped": camp.missing}
   finally:
     shutil.rmtree(scratch, ignore_errors=True)
+    logger.setLevel(level)
 
 
 def table_rows(result: dict) -> list[dict]:

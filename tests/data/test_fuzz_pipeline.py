@@ -11,6 +11,7 @@ Derandomized and bounded (300 examples, ~30 s) so it runs in the default suite;
 """
 
 import json
+import logging
 import math
 import os
 import sys
@@ -174,3 +175,22 @@ def test_fuzz_campaign_has_no_crash():
   again = fuzz.run(100, seed=1, progress=False)["counts"]
   first = fuzz.run(100, seed=1, progress=False)["counts"]
   assert again == first
+
+
+@pytest.mark.parametrize("level", [logging.NOTSET, logging.INFO])
+def test_fuzz_campaign_puts_the_log_level_back(level):
+  """The campaign quiets flaxdoc's repair warnings while it runs, then restores the caller's
+  level (it used to leave ERROR behind, and a later test in the same session that waited for a
+  warning failed depending on test order)."""
+  from flaxdoc.bench import fuzz  # pylint: disable=import-outside-toplevel
+  logger = logging.getLogger("flaxdoc")
+  before = logger.level
+  seen = []
+  try:
+    logger.setLevel(level)
+    fuzz.run(2, seed=0, sources=("jsonl",), progress=False,
+             on_case=lambda *_: seen.append(logger.level))
+    assert seen == [logging.ERROR] * 2
+    assert logger.level == level
+  finally:
+    logger.setLevel(before)
