@@ -13,6 +13,7 @@ Robustness:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -156,7 +157,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   last_metrics: dict = {}
   pending = first
   tokens_seen, t_last, steps_since = 0, time.perf_counter(), 0
-  with _Preemption() as preempt, jax.set_mesh(mesh):
+  # closing: a run that stops on an error still uploads its buffered gs:// metrics.
+  with _Preemption() as preempt, jax.set_mesh(mesh), contextlib.closing(writer):
     step = start_step
     while step < total:
       batch = pending if pending is not None else next(train_iter)
@@ -203,11 +205,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       if step % config.checkpoint_every == 0 or force:
         ckpt_lib.save(manager, step, state, data_state=train_iter.get_state(),
                       metrics=eval_metrics, force=force)
+        writer.flush()
       if preempt.requested:
         break
   bar.close()
   ckpt_lib.close(manager)  # waits for the last save and its digest
-  writer.close()
   last_metrics["step"] = int(state.step)
   last_metrics["train/loss"] = float(metrics["train/loss"]) if int(state.step) > start_step else None
   return last_metrics

@@ -220,3 +220,33 @@ def test_tensorboard_on_gs_without_its_package_is_a_warning_not_silence(caplog, 
   assert writer is None
   assert "pip install google-cloud-storage" in caplog.text
   assert "gs://bucket/run/tensorboard" in caplog.text
+
+
+def test_remote_metrics_are_uploaded_in_batches_and_on_flush(tmp_path, cwd, monkeypatch):
+  """gs:// cannot append, so metrics.jsonl is rewritten whole: at most every upload_every_s
+  seconds and on flush/close (rewriting it on every write made a long run's uploads quadratic)."""
+  store = tmp_path / "store"
+  store.mkdir()
+  clock = [100.0]
+  monkeypatch.setattr(metrics_writer.time, "monotonic", lambda: clock[0])
+  with fake_gcs(store):
+    writer = metrics_writer.MetricsWriter(f"{BUCKET}/run", tensorboard=False, upload_every_s=60)
+    steps = lambda: [r["step"] for r in metrics_writer.read_metrics(f"{BUCKET}/run")]  # noqa: E731
+    for step in (1, 2, 3):
+      writer.write(step, {"train/loss": 1.0 / step})
+    assert steps() == []  # nothing uploaded within the interval
+    clock[0] += 61
+    writer.write(4, {"train/loss": 0.2})
+    assert steps() == [1, 2, 3, 4]  # the interval passed: everything so far, once
+    writer.write(5, {"eval/f1": 0.5})
+    assert steps() == [1, 2, 3, 4]
+    writer.flush()  # the trainer flushes with every checkpoint
+    assert steps() == [1, 2, 3, 4, 5]
+    writer.write(6, {"train/loss": 0.1})
+    writer.close()
+    assert steps() == [1, 2, 3, 4, 5, 6]
+    # A resumed run reads the stored rows back and goes on after them.
+    again = metrics_writer.MetricsWriter(f"{BUCKET}/run", tensorboard=False, upload_every_s=0)
+    again.write(7, {"train/loss": 0.05})
+    assert steps() == [1, 2, 3, 4, 5, 6, 7]  # upload_every_s=0: every write
+  assert (store / "run" / "metrics.jsonl").exists() and not (cwd / "gs:").exists()
