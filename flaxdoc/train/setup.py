@@ -67,6 +67,9 @@ def check_ocr_engine(flag: str, engine) -> None:
                       "for none")
 
 
+_DROPS_LOGGED: set[tuple[str, tuple[str, ...]]] = set()
+
+
 def reader_options(name: str, options=None) -> dict:
   """`config.data.dataset_options` as the dataset's reader takes them: the ones set (the
   config declares every reader's options, unset: None)."""
@@ -74,7 +77,8 @@ def reader_options(name: str, options=None) -> dict:
   check_ocr_engine("config.data.dataset_options.ocr", options.get("ocr"))
   dropped = [k for owner, keys in CONFIG_ARGUMENT_OPTIONS.items() if owner != name
              for k in keys if k in options and (owner == "synthetic" or not options[k])]
-  if dropped:
+  if dropped and (name, tuple(dropped)) not in _DROPS_LOGGED:  # once, not once per split read
+    _DROPS_LOGGED.add((name, tuple(dropped)))
     log.info("dataset %s: config.data.dataset_options %s are another dataset's: not used",
              name, ", ".join(dropped))
   return {k: v for k, v in options.items() if k not in dropped}

@@ -221,5 +221,3 @@ def save_config(config: ml_collections.ConfigDict, workdir: str):
   path = epath.Path(workdir) / "config.json"
   path.parent.mkdir(parents=True, exist_ok=True)
   path.write_text(config.to_json_best_effort(indent=1, sort_keys=True))
-
-

@@ -336,6 +336,10 @@ def test_reader_options_leave_the_generators_out_and_name_an_unknown_one(tmp_pat
   with caplog.at_level("INFO"):
     assert setup.reader_options(name, options) == {"on_error": "skip"}
   assert "num_train, num_dev are another dataset's: not used" in caplog.text
+  caplog.clear()  # read again (the next split): said once, not once per split
+  with caplog.at_level("INFO"):
+    assert setup.reader_options(name, options) == {"on_error": "skip"}
+  assert "another dataset's" not in caplog.text
   assert setup.reader_options("synthetic", options) == options
   # `:dataset=funsd` sets FUNSD's OCR switches off: left out for other datasets while off.
   funsd = {"ocr": "", "ocr_cache_dir": "", "on_error": "skip"}
