@@ -1,31 +1,29 @@
 """Evaluation and prediction over featurised splits: windows -> words -> entities -> F1.
 
 The model's token log-probabilities are stitched back to one row per word
-(`features.stitch`), decoded with the constrained Viterbi (`decode.decode_document`)
-and scored against the gold entities with seqeval (strict, matching scheme),
-over words (DESIGN §3.8).
+(`features.stitch`), decoded with the constrained Viterbi (`decode.decode_document`),
+both through `flaxdoc.predictions`, and scored against the gold entities with seqeval
+(strict, matching scheme), over words (DESIGN §3.8).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable
 
 import numpy as np
 
-from flaxdoc import decode, metrics as metrics_lib, tags as tags_lib
-from flaxdoc.data.features import FeatureConfig, stitch
+from flaxdoc import metrics as metrics_lib, tags as tags_lib
+from flaxdoc.data.features import FeatureConfig
+# The per-document part and the JSON rows are shared with the PyTorch serving pipeline;
+# re-exported here, where eval and predict have always found them.
+from flaxdoc.predictions import DocumentPrediction, document_prediction, entity_json
 from flaxdoc.train.input_pipeline import FeaturizedSplit, eval_batches
+
+__all__ = ["DocumentPrediction", "PredictFn", "entity_json", "evaluate_split", "predict_split",
+           "score_predictions"]
 
 # predict_fn(batch) -> numpy log-probabilities [B, L, T] (all rows, padding included).
 PredictFn = Callable[[dict], np.ndarray]
-
-
-@dataclasses.dataclass
-class DocumentPrediction:
-  doc_id: str
-  entities: list[decode.PredictedEntity]
-  word_tags: list[str]
 
 
 def predict_split(split: FeaturizedSplit, predict_fn: PredictFn, config: FeatureConfig,
@@ -40,15 +38,11 @@ def predict_split(split: FeaturizedSplit, predict_fn: PredictFn, config: Feature
   for batch, valid in batches:
     logp = np.asarray(predict_fn(batch))  # [B, L, T]
     per_window.extend(logp[valid])
-  tag_names = config.tag_names
   out = []
   for d, doc in enumerate(split.documents):
     idx = np.flatnonzero(split.window_doc == d)
-    word_scores = stitch(doc, [split.windows[i] for i in idx], [per_window[i] for i in idx])
-    entities = decode.decode_document(doc, word_scores, tag_names, config.scheme)
-    # The model's labels, not the document's label_set (an input's own set may lack some).
-    word_tags = decode.word_tags_from_entities(doc, entities, config.scheme, config.labels)
-    out.append(DocumentPrediction(doc.id, entities, word_tags))
+    out.append(document_prediction(doc, [split.windows[i] for i in idx],
+                                   [per_window[i] for i in idx], config))
   return out
 
 
@@ -66,16 +60,3 @@ def evaluate_split(split: FeaturizedSplit, predict_fn: PredictFn, config: Featur
                    batch_size: int, progress: bool = False) -> tuple[dict, list[DocumentPrediction]]:
   preds = predict_split(split, predict_fn, config, batch_size, progress)
   return score_predictions(split, preds, config), preds
-
-
-def entity_json(entity: decode.PredictedEntity, doc) -> dict:
-  """A predicted entity as JSON: label, text, words, per-word boxes, union box, page, score."""
-  return {
-      "label": entity.label,
-      "text": entity.text,
-      "words": list(entity.words),
-      "word_boxes": [[float(v) for v in doc.boxes[i]] for i in entity.words],
-      "box": [float(v) for v in entity.box],
-      "page": int(entity.page),
-      "score": None if entity.score is None else float(entity.score),
-  }

@@ -14,7 +14,6 @@ their files are read and written through `etils.epath` (`flaxdoc.train.remote`).
 from __future__ import annotations
 
 import functools
-import glob
 import json
 import logging
 import os
@@ -26,7 +25,8 @@ from etils import epath
 from jax.experimental import multihost_utils
 from flax import linen as nn
 
-from flaxdoc import metrics as metrics_lib
+from flaxdoc import metrics as metrics_lib, predictions
+from flaxdoc.data import sources
 from flaxdoc.train import checkpoint as ckpt_lib
 from flaxdoc.train import evaluate as eval_lib
 from flaxdoc.train import hf_init, linking, optimizer, remote, setup
@@ -99,31 +99,13 @@ def _input_documents(config, env):
   source = config.predict.get("input") or ""
   if not source:
     return env.documents(config.data.get("eval_split", "dev"))
-  if source.endswith(".jsonl"):
-    from flaxdoc.data import jsonl  # pylint: disable=import-outside-toplevel
-    docs, report = jsonl.read_jsonl(source)
-    log.info("%s", report.summary())
-    return docs
-  paths = sorted(glob.glob(source)) if any(c in source for c in "*?[") else [source]
-  if config.predict.get("ocr"):  # images and scanned PDF pages too (flaxdoc.data.ocr)
-    from flaxdoc.data.ocr import read_documents  # pylint: disable=import-outside-toplevel
-    docs, report = read_documents(paths, engine=config.predict.ocr,
-                                  dpi=config.predict.get("ocr_dpi", 300.0))
-    print(report.summary())  # per file: what was skipped and why
-    if not docs:
-      raise setup.ConfigError(f"config.predict.input={source!r}: no readable PDF or image "
-                              "(see the report above)")
-    return docs
-  if all(p.lower().endswith(".pdf") for p in paths):
-    from flaxdoc.data import pdf  # pylint: disable=import-outside-toplevel
-    docs, report = pdf.read_pdfs(paths)  # unreadable files are skipped and reported
-    print(report.summary())
-    if not docs:
-      raise setup.ConfigError(f"config.predict.input={source!r}: no readable PDF (see the report "
-                              "above)")
-    return docs
-  raise setup.ConfigError(f"config.predict.input={source!r}: expected a .jsonl file, PDF "
-                          "file(s), or empty for the dataset's eval split")
+  try:  # the reader is shared with the PyTorch serving pipeline (flaxdoc.data.sources)
+    return sources.read_source(source, ocr=config.predict.get("ocr"),
+                               ocr_dpi=config.predict.get("ocr_dpi", 300.0),
+                               name="config.predict.input",
+                               otherwise=", or empty for the dataset's eval split")
+  except sources.SourceError as e:
+    raise setup.ConfigError(str(e)) from None
 
 
 def run_predict(config: ml_collections.ConfigDict, workdir: str) -> str:
@@ -146,11 +128,9 @@ def run_predict(config: ml_collections.ConfigDict, workdir: str) -> str:
     out_path.parent.mkdir(parents=True, exist_ok=True)
     with out_path.open("w") as f:  # utf-8, as every epath text file
       for doc, p, doc_pairs in zip(docs, preds, pairs):
-        row = {"id": doc.id, "entities": [eval_lib.entity_json(e, doc) for e in p.entities]}
-        if env.linking is not None:
-          row["pairs"] = [{"key": eval_lib.entity_json(k, doc),
-                           "value": eval_lib.entity_json(v, doc), "score": float(s)}
-                          for k, v, s in doc_pairs]
+        # The row the PyTorch pipeline returns too (flaxdoc.predictions).
+        row = predictions.prediction_row(doc, p.entities,
+                                         doc_pairs if env.linking is not None else None)
         f.write(json.dumps(row) + "\n")
   pic_dir = config.predict.get("draw_dir") or os.path.join(workdir, "predictions")
   if config.predict.get("draw") and _writes_outputs():
