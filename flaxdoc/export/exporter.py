@@ -7,6 +7,9 @@
 inputs: the model spec (all `EncoderSpec` fields), `vocab_size`, `num_tags`,
 `max_len`, the feature config (scheme, labels, graph options), the tag names in id
 order, the tokenizer spec, the training config (when known) and the format version.
+The tokenizer's files are copied into `OUT/tokenizer/` and the spec recorded relative to
+`OUT` (format version 2; `flaxdoc.export.tokenizer_files`): the folder serves on another
+machine as it is, e.g. with `flaxdoc.export.torch.pipeline.DocumentPipeline`.
 The trainer writes `WORKDIR/config.json` once a run's state is set up (after a resume's
 restore); `--config` overrides it.
 
@@ -21,11 +24,13 @@ import json
 import os
 from typing import Any, Mapping
 
+from flaxdoc.export import tokenizer_files
 from flaxdoc.export import weights as weights_lib
 from flaxdoc.train import remote
 
 FORMAT = "flaxdoc-export"
-FORMAT_VERSION = 1
+# 2: the tokenizer's files are in the folder, its spec relative to it (1: absolute paths).
+FORMAT_VERSION = 2
 
 
 def export_config(model, *, feature_config=None, tag_names=(), tokenizer: str | None = None,
@@ -92,12 +97,16 @@ def export_workdir(workdir: str, out_dir: str, config_arg: str | None = None) ->
   remote.check_filesystem(workdir, "--workdir")
   remote.check_filesystem(out_dir, "--out")
   config = load_train_config(workdir, config_arg)
+  # A missing tokenizer file: one line naming it, before the restore's minutes of work.
+  tokenizer_files.tokenizer_files(str(config.data.get("tokenizer") or "default"))
   env, params, _ = restore_for_inference(config, workdir)
   config = env.config  # resolved (init_from=hf:DIR sizes and tokenizer) by the experiment
   fc = env.feature_config
   names = make_tag_names(fc.labels, fc.scheme) if fc.labels else []
+  # Self-contained: the tokenizer's files go into the folder (a spec relative to it).
+  tokenizer = tokenizer_files.copy_tokenizer(str(config.data.tokenizer), out_dir)
   cfg = export_config(env.model, feature_config=fc, tag_names=names,
-                      tokenizer=str(config.data.tokenizer), train_config=config.to_dict())
+                      tokenizer=tokenizer, train_config=config.to_dict())
   # Which step: the newest one that restored (a damaged newer one is skipped, with a warning).
   cfg["checkpoint_step"] = env.restored_step
   return dict(write_export(out_dir, params, cfg), step=env.restored_step)

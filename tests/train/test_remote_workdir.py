@@ -166,6 +166,21 @@ def test_eval_predict_export_on_a_gs_workdir_write_what_a_local_one_does(runs, c
   assert _tree(local_root / "run") == {k[4:]: v for k, v in before.items()}
 
 
+def test_an_exports_tokenizer_files_go_to_a_gs_folder_through_epath(tmp_path, cwd):
+  """The export copies its tokenizer beside the weights: to gs:// as to a local folder."""
+  from flaxdoc.export import tokenizer_files  # pylint: disable=import-outside-toplevel
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\ntotal\n", encoding="utf-8")
+  store = tmp_path / "store"
+  with fake_gcs(store):
+    spec = tokenizer_files.copy_tokenizer(f"wordpiece:{vocab}", f"{BUCKET}/export")
+  assert spec == "wordpiece:tokenizer/vocab.txt"
+  assert (store / "export" / "tokenizer" / "vocab.txt").read_bytes() == vocab.read_bytes()
+  tok = tokenizer_files.load_export_tokenizer(store / "export", {"tokenizer": spec,
+                                                                 "format_version": 2})
+  assert tok.encode_word("Total") == [5]
+
+
 def test_a_damaged_step_on_a_gs_workdir_is_moved_aside_through_epath(tmp_path, cwd, caplog):
   store = tmp_path / "store"
   for step in ("9", "9b"):  # the second 9 finds the first one's place taken
