@@ -1,7 +1,9 @@
 """CLI: `python -m flaxdoc.export --workdir DIR --out OUT [--config configs/x.py[:arg]]`.
 
-Writes `OUT/model.safetensors` and `OUT/config.json` from the latest checkpoint of a
-training run; load them in PyTorch with `flaxdoc.export.torch.load_exported(OUT)`.
+Writes `OUT/model.safetensors`, `OUT/config.json` and the tokenizer's files
+(`OUT/tokenizer/`) from the latest checkpoint of a training run; load them in PyTorch
+with `flaxdoc.export.torch.load_exported(OUT)`, or serve documents with
+`flaxdoc.export.torch.pipeline.DocumentPipeline.from_exported(OUT)`.
 """
 
 from __future__ import annotations
