@@ -75,7 +75,9 @@ def load_exported(out_dir: str | os.PathLike) -> TorchDocumentEncoder:
   """The exported model in `out_dir` as a torch module (eval mode, float32).
 
   The module's `export_config` attribute holds `config.json` (tag names, feature
-  config, tokenizer spec) for pre- and post-processing.
+  config, tokenizer spec) for pre- and post-processing. The tokenizer spec is relative
+  to `out_dir` (format version 2): `flaxdoc.export.tokenizer_files.load_export_tokenizer`
+  loads it, and `flaxdoc.export.torch.pipeline.DocumentPipeline` does all of it.
   """
   config = read_export_config(out_dir)
   tensors = weights_lib.load_tensors(os.path.join(os.fspath(out_dir), WEIGHTS_FILE))
