@@ -103,7 +103,10 @@ def copy_tokenizer(spec: str, out_dir: str | os.PathLike,
 
 def resolve_spec(config: Mapping[str, Any], folder: str | os.PathLike) -> str:
   """The loadable tokenizer spec of an export's `config.json` read from `folder`."""
-  spec = config.get("tokenizer") or "default"
+  spec = config.get("tokenizer")
+  if not spec:  # `export_config` called without one: no guess, the vocabulary may differ
+    raise ValueError(f"{folder}: config.json records no tokenizer; export with `python -m "
+                     "flaxdoc.export`, or give the tokenizer yourself")
   if spec == "default" or int(config.get("format_version", 1)) < RELATIVE_SPEC_VERSION:
     return spec  # format 1: the training machine's absolute spec, as it was
   kind, _, arg = spec.partition(":")
@@ -119,4 +122,13 @@ def load_export_tokenizer(folder: str | os.PathLike, config: Mapping[str, Any] |
     import json
     with open(os.path.join(os.fspath(folder), "config.json"), encoding="utf-8") as f:
       config = json.load(f)
-  return load_tokenizer(resolve_spec(config, folder))
+  spec = resolve_spec(config, folder)
+  try:
+    return load_tokenizer(spec)
+  except FileNotFoundError as e:
+    if int(config.get("format_version", 1)) >= RELATIVE_SPEC_VERSION:
+      raise
+    raise FileNotFoundError(f"{folder}: this export (format version 1) names the training "
+                            f"machine's tokenizer files ({e}); export it again with `python -m "
+                            "flaxdoc.export` (the folder then holds them), or give the "
+                            "tokenizer yourself") from e

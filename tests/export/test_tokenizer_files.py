@@ -83,6 +83,11 @@ def test_default_stays_default_and_copies_nothing(tmp_path):
                                       tmp_path) == "default"
 
 
+def test_an_export_without_a_tokenizer_spec_is_refused(tmp_path):
+  with pytest.raises(ValueError, match="records no tokenizer"):
+    tokenizer_files.resolve_spec({"tokenizer": None, "format_version": 2}, tmp_path)
+
+
 def test_a_format_1_export_keeps_its_absolute_spec(tmp_path):
   spec = f"wordpiece:{tmp_path / 'vocab.txt'}"
   assert tokenizer_files.resolve_spec({"tokenizer": spec}, tmp_path / "x") == spec

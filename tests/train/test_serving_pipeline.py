@@ -193,6 +193,14 @@ def test_an_export_of_format_1_with_an_absolute_spec_still_loads(linking, tmp_pa
   config["tokenizer"] = f"sentencepiece:{tokenizers.default_tokenizer().model_file}"
   (old / "config.json").write_text(json.dumps(config))
   assert_rows_match(DocumentPipeline.from_exported(old)(str(source)), want)
+  # Its file gone (another machine): the error says what to do; a tokenizer given is used.
+  config["tokenizer"] = f"sentencepiece:{tmp_path / 'training_machine' / 'sp.model'}"
+  (old / "config.json").write_text(json.dumps(config))
+  with pytest.raises(FileNotFoundError, match=r"format version 1.*export it again"):
+    DocumentPipeline.from_exported(old)
+  given = DocumentPipeline.from_exported(old, tokenizer=f"sentencepiece:{export / 'tokenizer'}"
+                                         "/sp.model")
+  assert_rows_match(given(str(source)), want)
 
 
 # ----------------------------------------------------------------------------- MiniLM

@@ -103,16 +103,23 @@ class DocumentPipeline:
   @classmethod
   def from_exported(cls, folder: str | os.PathLike, *, batch_size: int = DEFAULT_BATCH_SIZE,
                     compile: bool = False,  # pylint: disable=redefined-builtin
-                    ocr: str | None = None, ocr_dpi: float = 300.0) -> "DocumentPipeline":
+                    ocr: str | None = None, ocr_dpi: float = 300.0,
+                    tokenizer=None) -> "DocumentPipeline":
     """The pipeline of an export folder (`python -m flaxdoc.export --out FOLDER`).
 
     `compile=True` wraps the model with `flaxdoc.export.torch.compile_layers`
     (`torch.compile`: a compile per new input shape, faster calls after it).
+    `tokenizer`: None, the folder's own; else a `load_tokenizer` spec or a tokenizer
+    (an old export whose config.json names files of the training machine).
     """
     model = load_exported(folder)
     config = model.export_config
     fc = feature_config_of(config)
-    tokenizer = load_export_tokenizer(folder, config)
+    if tokenizer is None:
+      tokenizer = load_export_tokenizer(folder, config)
+    elif isinstance(tokenizer, str):
+      from flaxdoc.data.tokenizers import load_tokenizer  # pylint: disable=import-outside-toplevel
+      tokenizer = load_tokenizer(tokenizer)
     linking = linking_task_of(config, fc.labels)
     if compile:
       # pylint: disable-next=import-outside-toplevel
