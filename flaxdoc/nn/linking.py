@@ -11,9 +11,11 @@ Viterbi-decoded spans when predicting; `flaxdoc.data.linking` builds the arrays)
 * a biaffine score for each *candidate* pair only (the key labels a value's label
   may link from, `config.linking.pairs`):
   `s(k, v) = t_v^T W h_k + u . h_k (+ g(box_k, box_v))`,
-  where the optional `g` embeds the relative geometry of the two entity boxes
-  (centre and edge offsets, an MLP to one score): a question's answer is nearly
-  always right of or below it, and the pair's geometry says so directly;
+  where the optional `g` (`geometry`) is a small MLP over the pair's relative geometry
+  (`pair_geometry`: log-scaled signed offsets and gaps, the boxes' distance, line and
+  column overlap, left-of / above indicators) and the candidate's distance rank among
+  the value's candidates: a question's answer is nearly always right of or below it,
+  and the pair's geometry says so directly;
 * a learned "no key" score `s_none(v) = z . t_v + c` for values without a key.
 
 Candidates are given as index arrays (`candidates [B, V, C]` entity indices per value
@@ -41,26 +43,68 @@ Dtype = Any
 
 POOLINGS = ("first", "mean")
 NEG_INF = -1e9
-# Geometry features of a (key, value) pair, `pair_geometry`.
-NUM_PAIR_FEATURES = 6
+# Geometry features of a (key, value) pair (`pair_geometry`), and the head's geometry input:
+# those plus the candidate's rank among its value's candidates.
+NUM_PAIR_FEATURES = 11
+NUM_GEOMETRY_INPUTS = NUM_PAIR_FEATURES + 1
+
+
+def _signed_log(x: Array) -> Array:
+  return jnp.sign(x) * jnp.log1p(jnp.abs(x))
 
 
 def pair_geometry(key_boxes: Array, value_boxes: Array) -> Array:
-  """Relative geometry of pairs: `key_boxes [..., 4]`, `value_boxes [..., 4]` -> `[..., 6]`.
+  """Relative geometry of pairs: `key_boxes [..., 4]`, `value_boxes [..., 4]` -> `[..., 11]`.
 
   Boxes are `[x0, y0, x1, y1]` in document units (0..1000 per page axis, pages stacked
-  vertically). Features, divided by 1000: centre offsets (value - key) in x and y, the
-  gap from the key's right edge to the value's left edge, from the key's bottom edge
-  to the value's top edge, and the offsets of the left and top edges.
+  vertically). Every feature depends on the two boxes' differences only (translation
+  invariant) and is O(1) for the offsets of a form: signed offsets are log-scaled,
+  `sign(d) log(1 + |d|)` (a 10-unit gap is 2.4, a page 6.9):
+
+  * 0, 1: centre offset (value - key) in x, y;
+  * 2, 3: gap from the key's right edge to the value's left edge, from the key's bottom
+    edge to the value's top edge (> 0: the value starts right of / below the key);
+  * 4, 5: offset of the left edges, of the top edges (alignment in a column / a line);
+  * 6: `log(1 + distance)` between the boxes (0 when they touch or overlap);
+  * 7, 8: overlap of the y ranges (same line) and of the x ranges (same column), as a
+    fraction of the shorter one, in [0, 1];
+  * 9, 10: the key ends left of the value starts (gap 2 >= 0), the key ends above it
+    (gap 3 >= 0), as 0 / 1.
   """
-  kc = 0.5 * (key_boxes[..., :2] + key_boxes[..., 2:])
-  vc = 0.5 * (value_boxes[..., :2] + value_boxes[..., 2:])
-  feats = jnp.stack([
-      vc[..., 0] - kc[..., 0], vc[..., 1] - kc[..., 1],
-      value_boxes[..., 0] - key_boxes[..., 2], value_boxes[..., 1] - key_boxes[..., 3],
-      value_boxes[..., 0] - key_boxes[..., 0], value_boxes[..., 1] - key_boxes[..., 1],
+  kx0, ky0, kx1, ky1 = (key_boxes[..., i] for i in range(4))
+  vx0, vy0, vx1, vy1 = (value_boxes[..., i] for i in range(4))
+  gap_x, gap_y = vx0 - kx1, vy0 - ky1
+  apart_x = jnp.maximum(jnp.maximum(gap_x, kx0 - vx1), 0.0)
+  apart_y = jnp.maximum(jnp.maximum(gap_y, ky0 - vy1), 0.0)
+
+  def overlap(a0, a1, b0, b1):
+    shorter = jnp.maximum(jnp.minimum(a1 - a0, b1 - b0), 1.0)
+    return jnp.clip((jnp.minimum(a1, b1) - jnp.maximum(a0, b0)) / shorter, 0.0, 1.0)
+  return jnp.stack([
+      _signed_log(0.5 * ((vx0 - kx0) + (vx1 - kx1))),
+      _signed_log(0.5 * ((vy0 - ky0) + (vy1 - ky1))),
+      _signed_log(gap_x), _signed_log(gap_y),
+      _signed_log(vx0 - kx0), _signed_log(vy0 - ky0),
+      jnp.log1p(jnp.hypot(apart_x, apart_y)),
+      overlap(ky0, ky1, vy0, vy1), overlap(kx0, kx1, vx0, vx1),
+      (gap_x >= 0).astype(key_boxes.dtype), (gap_y >= 0).astype(key_boxes.dtype),
   ], axis=-1)
-  return feats / 1000.0
+
+
+def geometry_inputs(boxes: Array, value_idx: Array, candidates: Array) -> Array:
+  """The geometry score's input `[B, V, C, 12]` for each candidate pair.
+
+  `pair_geometry(key box, value box)` and `log(1 + rank)`, the rank of the candidate among
+  its value's candidates (their order, nearest first: `flaxdoc.data.linking`), from
+  `boxes [B, E, 4]`, `value_idx [B, V]` and `candidates [B, V, C]` (entity indices).
+  """
+  b, v, c = candidates.shape
+  key_boxes = jnp.take_along_axis(boxes, candidates.reshape(b, v * c)[..., None],
+                                  axis=1).reshape(b, v, c, 4)
+  value_boxes = jnp.take_along_axis(boxes, value_idx[..., None], axis=1)  # [B, V, 4]
+  feats = pair_geometry(key_boxes, value_boxes[:, :, None, :])  # [B, V, C, 11]
+  rank = jnp.broadcast_to(jnp.log1p(jnp.arange(c, dtype=feats.dtype))[:, None], (b, v, c, 1))
+  return jnp.concatenate([feats, rank], axis=-1)
 
 
 def pool_entities(hidden: Array, first: Array, token_entity: Array, num_entities: int,
@@ -189,17 +233,12 @@ class LinkingHead(nn.Module):
               jnp.einsum("bvce,e->bvc", h, jnp.asarray(key_bias, self.dtype)))  # [B, V, C]
     scores = scores.astype(jnp.float32)
     if self.geometry:
-      boxes = jnp.asarray(link["link_box"], jnp.float32)  # [B, E, 4]
-      key_boxes = jnp.take_along_axis(boxes, cand.reshape(b, v * c)[..., None],
-                                      axis=1).reshape(b, v, c, 4)
-      value_boxes = jnp.take_along_axis(boxes, value_idx[..., None], axis=1)  # [B, V, 4]
-      feats = pair_geometry(key_boxes, value_boxes[:, :, None, :])  # [B, V, C, 6]
+      feats = geometry_inputs(jnp.asarray(link["link_box"], jnp.float32), value_idx, cand)
+      lecun = nn.with_logical_partitioning(nn.initializers.lecun_normal(), (None, None))
       g = nn.Dense(self.geometry_hidden, param_dtype=self.param_dtype, name="geometry_in",
-                   kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
-                                                            (None, None)))(feats)
+                   kernel_init=lecun)(feats)  # [B, V, C, geometry_hidden]
       g = nn.Dense(1, param_dtype=self.param_dtype, name="geometry_out",
-                   kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
-                                                            (None, None)))(nn.gelu(g))
+                   kernel_init=lecun)(erf_gelu(g))
       scores = scores + g[..., 0]
     none = nn.Dense(1, dtype=self.dtype, param_dtype=self.param_dtype, name="no_key",
                     kernel_init=nn.with_logical_partitioning(init, (None, None)))(t)  # [B, V, 1]

@@ -18,6 +18,8 @@ from flaxdoc.data.synthetic import LABELS_WITH_KEYS, SyntheticConfig, make_docum
 from flaxdoc.export import exporter  # noqa: E402
 from flaxdoc.export import weights as weights_lib  # noqa: E402
 from flaxdoc.export.torch import build_torch_model  # noqa: E402
+from flaxdoc.export.torch import linking as torch_linking  # noqa: E402
+from flaxdoc.nn import linking as flax_linking  # noqa: E402
 from flaxdoc.nn.linking import LinkingSpec  # noqa: E402
 
 MAX_LEN = 64
@@ -66,3 +68,19 @@ def test_link_logits_match_flax(name, variant, pooling, geometry):
                              rtol=0)
   np.testing.assert_allclose(links.numpy()[..., -1], want[..., -1], atol=1e-4, rtol=0)
   assert (links.numpy()[..., :-1][~real] == -1e9).all()
+
+
+def test_geometry_inputs_match_flax():
+  rng = np.random.default_rng(0)
+  lo = rng.uniform(0, 1900, size=(2, 7, 2))
+  boxes = np.concatenate([lo, lo + rng.uniform(0, 80, size=(2, 7, 2))], -1).astype(np.float32)
+  boxes[:, -1] = 0.0  # a padding entity
+  boxes[:, 1] = boxes[:, 2]  # two entities with one box
+  value_idx = rng.integers(0, 7, size=(2, 3)).astype(np.int32)
+  cand = rng.integers(0, 7, size=(2, 3, 5)).astype(np.int32)
+  want = np.asarray(flax_linking.geometry_inputs(boxes, value_idx, cand))
+  got = torch_linking.geometry_inputs(torch.from_numpy(boxes), torch.from_numpy(value_idx),
+                                      torch.from_numpy(cand)).numpy()
+  assert got.shape == want.shape == (2, 3, 5, flax_linking.NUM_GEOMETRY_INPUTS)
+  assert torch_linking.NUM_GEOMETRY_INPUTS == flax_linking.NUM_GEOMETRY_INPUTS
+  np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)

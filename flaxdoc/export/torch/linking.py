@@ -19,18 +19,41 @@ from flaxdoc.export.torch.basic import Dense, _param
 LINK_KEYS = ("link_first", "link_token_entity", "link_label", "link_box", "link_value",
              "link_candidates", "link_candidate_mask")
 NEG_INF = -1e9
+NUM_GEOMETRY_INPUTS = 12  # flaxdoc.nn.linking.NUM_GEOMETRY_INPUTS
+
+
+def _signed_log(x: torch.Tensor) -> torch.Tensor:
+  return torch.sign(x) * torch.log1p(torch.abs(x))
 
 
 def pair_geometry(key_boxes: torch.Tensor, value_boxes: torch.Tensor) -> torch.Tensor:
-  """`flaxdoc.nn.linking.pair_geometry`: `[..., 4]` x 2 -> `[..., 6]`."""
-  kc = 0.5 * (key_boxes[..., :2] + key_boxes[..., 2:])
-  vc = 0.5 * (value_boxes[..., :2] + value_boxes[..., 2:])
-  feats = torch.stack([
-      vc[..., 0] - kc[..., 0], vc[..., 1] - kc[..., 1],
-      value_boxes[..., 0] - key_boxes[..., 2], value_boxes[..., 1] - key_boxes[..., 3],
-      value_boxes[..., 0] - key_boxes[..., 0], value_boxes[..., 1] - key_boxes[..., 1],
+  """`flaxdoc.nn.linking.pair_geometry`: `[..., 4]` x 2 -> `[..., 11]`."""
+  kx0, ky0, kx1, ky1 = key_boxes.unbind(-1)
+  vx0, vy0, vx1, vy1 = value_boxes.unbind(-1)
+  gap_x, gap_y = vx0 - kx1, vy0 - ky1
+  apart_x = torch.maximum(gap_x, kx0 - vx1).clamp(min=0.0)
+  apart_y = torch.maximum(gap_y, ky0 - vy1).clamp(min=0.0)
+
+  def overlap(a0, a1, b0, b1):
+    shorter = torch.minimum(a1 - a0, b1 - b0).clamp(min=1.0)
+    return ((torch.minimum(a1, b1) - torch.maximum(a0, b0)) / shorter).clamp(0.0, 1.0)
+  return torch.stack([
+      _signed_log(0.5 * ((vx0 - kx0) + (vx1 - kx1))),
+      _signed_log(0.5 * ((vy0 - ky0) + (vy1 - ky1))),
+      _signed_log(gap_x), _signed_log(gap_y),
+      _signed_log(vx0 - kx0), _signed_log(vy0 - ky0),
+      torch.log1p(torch.hypot(apart_x, apart_y)),
+      overlap(ky0, ky1, vy0, vy1), overlap(kx0, kx1, vx0, vx1),
+      (gap_x >= 0).to(key_boxes.dtype), (gap_y >= 0).to(key_boxes.dtype),
   ], dim=-1)
-  return feats / 1000.0
+
+
+def geometry_inputs(boxes: torch.Tensor, value_idx: torch.Tensor,
+                    cand: torch.Tensor) -> torch.Tensor:
+  """`flaxdoc.nn.linking.geometry_inputs`: `[B, V, C, 12]`, pair geometry and log(1 + rank)."""
+  feats = pair_geometry(_gather_rows(boxes, cand), _gather_rows(boxes, value_idx)[:, :, None])
+  rank = torch.log1p(torch.arange(cand.shape[-1], dtype=feats.dtype))
+  return torch.cat([feats, rank[:, None].expand(feats.shape[:-1] + (1,))], dim=-1)
 
 
 class _RoleFFN(nn.Module):
@@ -68,7 +91,7 @@ class TorchLinkingHead(nn.Module):
     self.key_bias = _param(dim)
     self.no_key = Dense(dim, 1)
     if self.has_geometry:
-      self.geometry_in = Dense(6, geometry_hidden)
+      self.geometry_in = Dense(NUM_GEOMETRY_INPUTS, geometry_hidden)
       self.geometry_out = Dense(geometry_hidden, 1)
 
   def _pool(self, hidden, first, token_entity, num_entities):
@@ -95,8 +118,7 @@ class TorchLinkingHead(nn.Module):
     scores = (torch.einsum("bve,bvce->bvc", t @ self.bilinear, h) +
               torch.einsum("bvce,e->bvc", h, self.key_bias))
     if self.has_geometry:
-      boxes = link["link_box"].to(torch.float32)
-      feats = pair_geometry(_gather_rows(boxes, cand), _gather_rows(boxes, value_idx)[:, :, None])
+      feats = geometry_inputs(link["link_box"].to(torch.float32), value_idx, cand)
       g = self.geometry_out(nn.functional.gelu(self.geometry_in(feats)))
       scores = scores + g[..., 0]
     scores = torch.where(link["link_candidate_mask"].to(torch.bool), scores,
