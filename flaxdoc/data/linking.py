@@ -22,7 +22,7 @@ Per window (all padded to fixed sizes, `LinkShapes`):
 | `link_box` | float32 `[E, 4]` | entity box, 0..1000 per axis, pages stacked (`y + 1000 p`) |
 | `link_entity_id` | int32 `[E]` | the entity's index in the document's entity list (-1: pad) |
 | `link_value` | int32 `[V]` | window entity of each value slot |
-| `link_candidates` | int32 `[V, C]` | window entities that may be the value's key, nearest first |
+| `link_candidates` | int32 `[V, C]` | the value's possible keys in the window, nearest box first |
 | `link_candidate_mask` | bool `[V, C]` | real candidates |
 | `link_target` | int32 `[V]` | index of the gold key in the candidates, `C` for "no key", -1: not trained |
 
@@ -167,7 +167,8 @@ def window_link_arrays(doc: Document, window: dict, entities: Sequence, relation
   gold_keys: dict[int, list[int]] = {}
   for k, v in relations or ():
     gold_keys.setdefault(v, []).append(k)
-  centres = 0.5 * (out["link_box"][:, :2] + out["link_box"][:, 2:])  # [E, 2]
+  box = out["link_box"]  # [E, 4]
+  centres = 0.5 * (box[:, :2] + box[:, 2:])  # [E, 2]
   slot = 0
   for i in range(n):
     li = labels[i]
@@ -178,8 +179,13 @@ def window_link_arrays(doc: Document, window: dict, entities: Sequence, relation
         stats["values_cut"] = stats.get("values_cut", 0) + 1
       continue
     cands = [j for j in range(n) if j != i and labels[j] >= 0 and allowed[labels[j], li]]
-    dist = [float(np.hypot(*(centres[j] - centres[i]))) for j in cands]
-    cands = [cands[k] for k in np.argsort(dist, kind="stable")]
+    # Nearest first: by the distance between the boxes (0 when they touch), then between the
+    # centres. FUNSD dev, 256-token windows: a value's key is its first candidate for 57% of
+    # the answers by this order, 46% by the centres alone. The geometry score reads the rank.
+    other = box[cands]  # [n, 4]
+    apart = np.maximum(np.maximum(box[i, :2] - other[:, 2:], other[:, :2] - box[i, 2:]), 0.0)
+    centre = np.hypot(*(centres[cands] - centres[i]).T)
+    cands = [cands[k] for k in np.lexsort((centre, np.hypot(*apart.T)))]
     if len(cands) > C and stats is not None:
       stats["candidates_cut"] = stats.get("candidates_cut", 0) + len(cands) - C
     cands = cands[:C]

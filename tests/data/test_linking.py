@@ -70,6 +70,30 @@ def test_window_arrays():
   assert c["link_target"].tolist() == [-1, 0, -1]
 
 
+def test_candidates_nearest_box_first():
+  """A wide question ending just left of the answer comes before a small one above it whose
+  centre is nearer; equal box distances fall back to the centres."""
+  words = ["Name of the applicant:", "Ann", "Name", "Surname"]
+  boxes = [[0, 100, 295, 110], [300, 100, 350, 110], [300, 70, 350, 80], [400, 85, 420, 95]]
+  ents = [("question", [0]), ("answer", [1]), ("question", [2]), ("question", [3])]
+  doc = Document.create("w", words, boxes, page_sizes=[[1000, 1000]], entities=ents,
+                        relations=[(0, 1)], label_set=LABELS)
+  window = {"word_ids": np.asarray([-1, 0, 1, 2, 3, -1], np.int32)}
+  allowed = parse_pairs("question:answer", LABELS)
+  idx = {l: i for i, l in enumerate(LABELS)}
+  a = window_link_arrays(doc, window, doc.entities, oriented_relations(doc, allowed, idx),
+                         allowed, idx, LinkShapes(6, 2, 4))
+  # Box distances 5, 20, 50 (centre distances 177.5, 30, 85): by the box, not the centre.
+  assert a["link_candidates"][0, :3].tolist() == [0, 2, 3] and a["link_target"][0] == 0
+  # Two questions touching the answer (box distance 0): the nearer centre first.
+  far = [[0, 100, 300, 110], [300, 100, 350, 110], [350, 100, 360, 110], [400, 85, 420, 95]]
+  doc = Document.create("t", words, far, page_sizes=[[1000, 1000]], entities=ents,
+                        relations=[(0, 1)], label_set=LABELS)
+  a = window_link_arrays(doc, window, doc.entities, oriented_relations(doc, allowed, idx),
+                         allowed, idx, LinkShapes(6, 2, 4))
+  assert a["link_candidates"][0, :3].tolist() == [2, 0, 3] and a["link_target"][0] == 1
+
+
 def test_no_key_target_and_size_cuts():
   doc = _form().replace(relations=[(0, 1)])
   window = {"word_ids": np.asarray([-1, 0, 1, 2, 3, 4, -1], np.int32)}
