@@ -10,8 +10,8 @@ Viterbi-decoded spans when predicting; `flaxdoc.data.linking` builds the arrays)
   key `h_k = FFN_key(r_k)`, value `t_v = FFN_value(r_v)`, both `dim` wide;
 * a biaffine score for each *candidate* pair only (the key labels a value's label
   may link from, `config.linking.pairs`):
-  `s(k, v) = t_v^T W h_k + u . h_k (+ g(box_k, box_v))`,
-  where the optional `g` (`geometry`) is a small MLP over the pair's relative geometry
+  `s(k, v) = t_v^T W h_k + u . h_k + g(box_k, box_v)`,
+  where `g` (`geometry`, on by default) is a small MLP over the pair's relative geometry
   (`pair_geometry`: log-scaled signed offsets and gaps, the boxes' distance, line and
   column overlap, left-of / above indicators) and the candidate's distance rank among
   the value's candidates: a question's answer is nearly always right of or below it,
@@ -140,7 +140,7 @@ class LinkingSpec:
   num_labels: int
   dim: int = 128
   pooling: str = "first"
-  geometry: bool = False
+  geometry: bool = True
 
   def __post_init__(self):
     if self.pooling not in POOLINGS:
@@ -184,7 +184,7 @@ class LinkingHead(nn.Module):
   num_labels: int
   dim: int = 128
   pooling: str = "first"
-  geometry: bool = False
+  geometry: bool = True
   geometry_hidden: int = 32
   dropout_rate: float = 0.1
   initializer_range: float = 0.02

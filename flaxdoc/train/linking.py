@@ -88,7 +88,7 @@ class LinkingTask:
                                      int(lc.get("max_values", 64)),
                                      int(lc.get("max_candidates", 32)))
     spec = LinkingSpec(num_labels=len(labels), dim=int(lc.get("dim", 128)),
-                       pooling=lc.get("pooling", "first"), geometry=bool(lc.get("geometry", False)))
+                       pooling=lc.get("pooling", "first"), geometry=bool(lc.get("geometry", True)))
     try:
       allowed = data_linking.parse_pairs(pairs, labels)
     except ValueError as e:

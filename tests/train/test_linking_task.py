@@ -27,6 +27,7 @@ def test_config_task_and_linking_defaults():
   config = load_config(arg="local,task=tagging+linking")
   assert config.task == "tagging+linking" and config.data.dataset_options.link_keys
   assert config.linking.pooling == "first" and config.linking.weight == 1.0
+  assert config.linking.geometry  # the pair-geometry score is on by default (README)
   assert tiny_config().task == "tagging"
   with pytest.raises(setup.ConfigError, match=r"config.task='kv': must be one of"):
     linking.task_of(tiny_config(arg="local,task=kv"))

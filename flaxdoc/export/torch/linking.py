@@ -79,7 +79,7 @@ class TorchLinkingHead(nn.Module):
   """Biaffine key -> value scores over candidate pairs (see `flaxdoc.nn.linking`)."""
 
   def __init__(self, width: int, num_labels: int, dim: int = 128, pooling: str = "first",
-               geometry: bool = False, geometry_hidden: int = 32):
+               geometry: bool = True, geometry_hidden: int = 32):
     super().__init__()
     self.pooling = pooling
     self.num_labels = int(num_labels)
