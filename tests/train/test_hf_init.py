@@ -312,6 +312,16 @@ def test_eval_predict_and_resume_take_the_runs_record(tmp_path, caplog):
   for init_from in ("/tmp/pretrain_run", ""):
     record.write_text(json.dumps({"init_from": init_from, "optim": {"pretrained_lr_scale": 0.2}}))
     assert setup.with_the_runs_record(config, str(tmp_path)) is config, init_from
+  # A linking run's head shapes come from its record (it restores only with them), also
+  # where they differ from today's defaults (geometry was off by default before).
+  linked = tiny_config(task="tagging+linking")
+  assert linked.linking.geometry and linked.linking.dim == 128
+  record.write_text(json.dumps({"task": "tagging+linking",
+                                "linking": {"geometry": False, "dim": 64, "pooling": "first"}}))
+  taken = setup.with_the_runs_record(linked, str(tmp_path))
+  assert (taken.linking.geometry, taken.linking.dim) == (False, 64) and linked.linking.geometry
+  record.write_text(json.dumps({"task": "tagging", "linking": {"geometry": False}}))
+  assert setup.with_the_runs_record(linked, str(tmp_path)) is linked  # no head in that run
   # An unreadable record takes nothing, with a warning naming it.
   for text in ("{not json", "[1, 2]", ""):
     record.write_text(text)
