@@ -357,6 +357,7 @@ class DocumentEncoder(nn.Module):
       ls = self.linking
       outputs["link_logits"] = LinkingHead(
           num_labels=ls.num_labels, dim=ls.dim, pooling=ls.pooling, geometry=ls.geometry,
+          text=ls.text, text_dropout=ls.text_dropout,
           dropout_rate=s.dropout_rate, initializer_range=s.initializer_range, dtype=self.dtype,
           param_dtype=self.param_dtype, name="linking_head")(
               x, batch, deterministic=deterministic)  # [B, V, C + 1]

@@ -18,6 +18,13 @@ Viterbi-decoded spans when predicting; `flaxdoc.data.linking` builds the arrays)
   and the pair's geometry says so directly;
 * a learned "no key" score `s_none(v) = z . t_v + c` for values without a key.
 
+The text (biaffine) term can be left out (`text=False`: the geometry score and "no key"
+only), or dropped in training for a random `text_dropout` share of the values, whose
+candidates are then told apart by geometry alone. Why: on small data (FUNSD's 129
+training forms) the text term fits the training pairs and adds noise on new forms
+(README, Key-value pairs, measured); dropping it per value makes the geometry score
+carry each decision on its own, while the text term still learns where it helps.
+
 Candidates are given as index arrays (`candidates [B, V, C]` entity indices per value
 slot), gathered, and scored: cost `O(V * C * dim)`, linear in the candidate pairs,
 never a `[tokens, tokens]` (nor an `[entities, entities]`) tensor. The output is
@@ -35,7 +42,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from flaxdoc.nn.dropout import Dropout
+from flaxdoc.nn.dropout import Dropout, keep_mask, seed_from_key
 from flaxdoc.nn.gelu import erf_gelu
 
 Array = jax.Array
@@ -141,12 +148,19 @@ class LinkingSpec:
   dim: int = 128
   pooling: str = "first"
   geometry: bool = True
+  text: bool = True
+  text_dropout: float = 0.0
 
   def __post_init__(self):
     if self.pooling not in POOLINGS:
       raise ValueError(f"config.linking.pooling must be one of {POOLINGS}, got {self.pooling!r}")
     if self.num_labels < 1 or self.dim < 1:
       raise ValueError(f"linking needs num_labels >= 1 and dim >= 1, got {self}")
+    if not (self.text or self.geometry):
+      raise ValueError("config.linking: text=False needs geometry=True (a pair needs a score)")
+    if not 0.0 <= self.text_dropout < 1.0:
+      raise ValueError("config.linking.text_dropout must be in [0, 1) (text=False leaves the "
+                       f"text score out), got {self.text_dropout}")
 
 
 class _RoleFFN(nn.Module):
@@ -179,12 +193,18 @@ class LinkingHead(nn.Module):
     dim: width of the key / value projections.
     pooling: "first" or "mean".
     geometry: add the pair-geometry score `g(box_k, box_v)`.
+    text: the biaffine (text) score; False: geometry and "no key" only (no key FFN,
+      bilinear or key bias parameters).
+    text_dropout: in training, the share of values whose text score is left out (their
+      whole row of candidates, so those decisions rest on geometry alone).
     geometry_hidden: width of the geometry MLP.
   """
   num_labels: int
   dim: int = 128
   pooling: str = "first"
   geometry: bool = True
+  text: bool = True
+  text_dropout: float = 0.0
   geometry_hidden: int = 32
   dropout_rate: float = 0.1
   initializer_range: float = 0.02
@@ -215,23 +235,31 @@ class LinkingHead(nn.Module):
     kw = dict(dim=self.dim, dropout_rate=self.dropout_rate,
               initializer_range=self.initializer_range, dtype=self.dtype,
               param_dtype=self.param_dtype)
-    keys = _RoleFFN(name="key_ffn", **kw)(reps, deterministic)  # [B, E, D]
     values = _RoleFFN(name="value_ffn", **kw)(reps, deterministic)  # [B, E, D]
 
     value_idx = jnp.asarray(link["link_value"], jnp.int32)  # [B, V]
     cand = jnp.asarray(link["link_candidates"], jnp.int32)  # [B, V, C]
     b, v, c = cand.shape
     t = jnp.take_along_axis(values, value_idx[..., None], axis=1)  # [B, V, D]
-    h = jnp.take_along_axis(keys, cand.reshape(b, v * c)[..., None],
-                            axis=1).reshape(b, v, c, self.dim)  # [B, V, C, D]
-    bilinear = self.param("bilinear", nn.with_logical_partitioning(init, (None, None)),
-                          (self.dim, self.dim), self.param_dtype)  # [D, D]
-    key_bias = self.param("key_bias", nn.with_logical_partitioning(init, (None,)),
-                          (self.dim,), self.param_dtype)  # [D]
-    tw = jnp.einsum("bvd,de->bve", t, jnp.asarray(bilinear, self.dtype))  # [B, V, D]
-    scores = (jnp.einsum("bve,bvce->bvc", tw, h) +
+    scores = jnp.zeros((b, v, c), jnp.float32)
+    if self.text:
+      keys = _RoleFFN(name="key_ffn", **kw)(reps, deterministic)  # [B, E, D]
+      h = jnp.take_along_axis(keys, cand.reshape(b, v * c)[..., None],
+                              axis=1).reshape(b, v, c, self.dim)  # [B, V, C, D]
+      bilinear = self.param("bilinear", nn.with_logical_partitioning(init, (None, None)),
+                            (self.dim, self.dim), self.param_dtype)  # [D, D]
+      key_bias = self.param("key_bias", nn.with_logical_partitioning(init, (None,)),
+                            (self.dim,), self.param_dtype)  # [D]
+      tw = jnp.einsum("bvd,de->bve", t, jnp.asarray(bilinear, self.dtype))  # [B, V, D]
+      text = (jnp.einsum("bve,bvce->bvc", tw, h) +
               jnp.einsum("bvce,e->bvc", h, jnp.asarray(key_bias, self.dtype)))  # [B, V, C]
-    scores = scores.astype(jnp.float32)
+      text = text.astype(jnp.float32)
+      if self.text_dropout > 0.0 and not deterministic:
+        # Whole rows, not rescaled: a kept row is scored as at inference, a dropped one
+        # by geometry (and "no key") alone.
+        keep = keep_mask(seed_from_key(self.make_rng("dropout")), (b, v), self.text_dropout)
+        text = jnp.where(keep[..., None], text, 0.0)
+      scores = scores + text
     if self.geometry:
       feats = geometry_inputs(jnp.asarray(link["link_box"], jnp.float32), value_idx, cand)
       lecun = nn.with_logical_partitioning(nn.initializers.lecun_normal(), (None, None))

@@ -87,8 +87,13 @@ class LinkingTask:
     shapes = data_linking.LinkShapes(int(lc.get("max_entities", 96)),
                                      int(lc.get("max_values", 64)),
                                      int(lc.get("max_candidates", 32)))
-    spec = LinkingSpec(num_labels=len(labels), dim=int(lc.get("dim", 128)),
-                       pooling=lc.get("pooling", "first"), geometry=bool(lc.get("geometry", True)))
+    try:
+      spec = LinkingSpec(num_labels=len(labels), dim=int(lc.get("dim", 128)),
+                         pooling=lc.get("pooling", "first"),
+                         geometry=bool(lc.get("geometry", True)), text=bool(lc.get("text", True)),
+                         text_dropout=float(lc.get("text_dropout", 0.0)))
+    except ValueError as e:
+      raise ConfigError(str(e)) from e
     try:
       allowed = data_linking.parse_pairs(pairs, labels)
     except ValueError as e:

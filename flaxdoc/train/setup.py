@@ -221,8 +221,8 @@ def with_the_runs_record(config: ml_collections.ConfigDict,
     `optim.freeze_pretrained_steps`);
   * where the command names no `data.labels` and the record has some (a `jsonl:` run's,
     read from its documents): those, so the tag ids stay the model's;
-  * for a run with a linking head (`task=...linking`): the head's `linking.geometry`, `dim`
-    and `pooling`, which fix its parameters' shapes (a checkpoint restores only with them),
+  * for a run with a linking head (`task=...linking`): the head's `linking.geometry`, `text`,
+    `dim` and `pooling`, which fix its parameters' shapes (a checkpoint restores only with them),
     so a run trained under another default (geometry was off before it became the default)
     is evaluated, predicted and resumed as it was trained.
 
@@ -254,7 +254,7 @@ def with_the_runs_record(config: ml_collections.ConfigDict,
     taken["data.labels"] = tuple(labels)
   head = record.get("linking") or {}
   if "linking" in str(record.get("task") or "") and "linking" in config:
-    for key in ("geometry", "dim", "pooling"):
+    for key in ("geometry", "text", "dim", "pooling"):
       if key in head and key in config.linking and head[key] != config.linking[key]:
         taken[f"linking.{key}"] = head[key]
   if not taken:

@@ -39,22 +39,24 @@ def _batch(graph: bool) -> dict:
   return batch
 
 
-@pytest.mark.parametrize("name,variant,pooling,geometry", [
-    ("layoutlm", "base", "mean", True),
-    ("formnet", "A2", "first", False),
+@pytest.mark.parametrize("name,variant,pooling,geometry,text", [
+    ("layoutlm", "base", "mean", True, True),
+    ("formnet", "A2", "first", False, True),
+    ("layoutlm", "base", "first", True, False),
 ])
-def test_link_logits_match_flax(name, variant, pooling, geometry):
+def test_link_logits_match_flax(name, variant, pooling, geometry, text):
   batch = _batch(graph=name == "formnet")
   config = models.get_model_config(name, variant, local=True)
   model = models.build_model(config, vocab_size=H.VOCAB, num_tags=4 * len(LABELS_WITH_KEYS) + 1,
                              max_len=MAX_LEN, pretraining=False)
   model = model.clone(linking=LinkingSpec(num_labels=len(LABELS_WITH_KEYS), dim=16,
-                                          pooling=pooling, geometry=geometry))
+                                          pooling=pooling, geometry=geometry, text=text,
+                                          text_dropout=0.3 if text else 0.0))
   params = models.random_parameters(model, batch, seed=3)
   assert "linking_head" in params
   out = jax.jit(model.apply)({"params": params}, batch)
   cfg = exporter.export_config(model)
-  assert cfg["linking"]["pooling"] == pooling
+  assert (cfg["linking"]["pooling"], cfg["linking"]["text"]) == (pooling, text)
   tmodel = build_torch_model(cfg, weights_lib.export_tensors(params))
   with torch.no_grad():
     tags, links = tmodel(H.torch_batch(batch))

@@ -60,7 +60,7 @@ def _pair_reference(k, v):
           float(kx1 <= vx0), float(ky1 <= vy0)]
 
 
-def _reference(p, hidden, link, pooling, geometry):
+def _reference(p, hidden, link, pooling, geometry, text=True):
   B, L, H = hidden.shape
   E = link["link_first"].shape[1]
   out = []
@@ -75,13 +75,14 @@ def _reference(p, hidden, link, pooling, geometry):
     def ffn(q, x):
       h = _gelu(x @ q["dense_in"]["kernel"] + q["dense_in"]["bias"])
       return h @ q["dense_out"]["kernel"] + q["dense_out"]["bias"]
-    keys, values = ffn(p["key_ffn"], reps), ffn(p["value_ffn"], reps)
+    values = ffn(p["value_ffn"], reps)
+    keys = ffn(p["key_ffn"], reps) if text else None
     rows = []
     for s, v in enumerate(link["link_value"][b]):
       t = values[v]
       row = []
       for c, k in enumerate(link["link_candidates"][b, s]):
-        score = t @ p["bilinear"] @ keys[k] + keys[k] @ p["key_bias"]
+        score = t @ p["bilinear"] @ keys[k] + keys[k] @ p["key_bias"] if text else 0.0
         if geometry:
           f = np.asarray(_pair_reference(link["link_box"][b, k], link["link_box"][b, v]) +
                          [math.log1p(c)])
@@ -94,19 +95,59 @@ def _reference(p, hidden, link, pooling, geometry):
   return np.asarray(out)
 
 
-@pytest.mark.parametrize("pooling,geometry", [("first", False), ("mean", False), ("mean", True)])
-def test_scores_equal_numpy_reference(pooling, geometry):
+@pytest.mark.parametrize("pooling,geometry,text", [
+    ("first", False, True), ("mean", False, True), ("mean", True, True), ("first", True, False)])
+def test_scores_equal_numpy_reference(pooling, geometry, text):
   hidden, link = _batch(np.random.default_rng(0))
-  head = LinkingHead(num_labels=3, dim=6, pooling=pooling, geometry=geometry)
+  head = LinkingHead(num_labels=3, dim=6, pooling=pooling, geometry=geometry, text=text)
   params = jax.tree.map(np.asarray, head.init(jax.random.PRNGKey(1), hidden, link)["params"])
   params = jax.tree.map(lambda x: getattr(x, "value", x), params,
                         is_leaf=lambda x: hasattr(x, "value"))
+  # Without the text score there are no parameters for it.
+  assert ({"key_ffn", "bilinear", "key_bias"} <= set(params)) == text, sorted(params)
   # Non-zero biases so the reference checks them too.
   params = jax.tree.map(lambda x: x + 0.05, params)
   got = np.asarray(head.apply({"params": params}, hidden, link))
-  want = _reference(params, hidden, link, pooling, geometry)
+  want = _reference(params, hidden, link, pooling, geometry, text)
   assert got.shape == (2, 3, 5)
   np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
+
+
+def test_text_dropout_leaves_out_whole_rows_of_the_text_score_in_training_only():
+  """Each value's row is scored either with the text term or by geometry and "no key" alone
+  (not rescaled), about `text_dropout` of them without; inference always has the text term."""
+  hidden, link = _batch(np.random.default_rng(0), B=16, V=8)
+  link = dict(link, link_candidate_mask=np.ones_like(link["link_candidate_mask"]))
+  head = LinkingHead(num_labels=3, dim=6, pooling="mean", geometry=True, text_dropout=0.4,
+                     dropout_rate=0.0)  # the head's other dropout off, to compare exactly
+  params = _init(head, hidden, link)
+  params = jax.tree.map(lambda x: x + 0.05, params)
+  apply = jax.jit(head.apply, static_argnames="deterministic")
+  full = np.asarray(apply({"params": params}, hidden, link))
+  np.testing.assert_allclose(full, _reference(params, hidden, link, "mean", True), rtol=2e-4,
+                             atol=2e-4)
+  geometry_only = _reference(params, hidden, link, "mean", True, text=False)
+  kept = []
+  for seed in range(3):
+    got = np.asarray(apply({"params": params}, hidden, link, deterministic=False,
+                           rngs={"dropout": jax.random.PRNGKey(seed)}))
+    np.testing.assert_allclose(got[..., -1], full[..., -1], rtol=2e-4, atol=2e-4)
+    with_text = np.isclose(got, full, rtol=2e-4, atol=2e-4).all(-1)  # [B, V]
+    without = np.isclose(got, geometry_only, rtol=2e-4, atol=2e-4).all(-1)
+    assert (with_text ^ without).all(), seed  # every row is one or the other, never a mix
+    kept.append(with_text.mean())
+  assert 0.45 < np.mean(kept) < 0.75, kept  # 384 rows, keep probability 0.6
+  assert len(set(kept)) > 1  # the rows differ with the key
+
+
+def test_text_needs_geometry_and_text_dropout_is_a_share():
+  from flaxdoc.nn.linking import LinkingSpec  # pylint: disable=import-outside-toplevel
+  LinkingSpec(num_labels=3, text=False, geometry=True)
+  with pytest.raises(ValueError, match="text=False needs geometry=True"):
+    LinkingSpec(num_labels=3, text=False, geometry=False)
+  for share in (-0.1, 1.0):
+    with pytest.raises(ValueError, match="text_dropout must be in"):
+      LinkingSpec(num_labels=3, text_dropout=share)
 
 
 def test_cost_is_linear_in_candidate_pairs():

@@ -320,6 +320,11 @@ def test_eval_predict_and_resume_take_the_runs_record(tmp_path, caplog):
                                 "linking": {"geometry": False, "dim": 64, "pooling": "first"}}))
   taken = setup.with_the_runs_record(linked, str(tmp_path))
   assert (taken.linking.geometry, taken.linking.dim) == (False, 64) and linked.linking.geometry
+  assert taken.linking.text  # a record from before config.linking.text: the text score was on
+  record.write_text(json.dumps({"task": "linking", "linking": {"text": False,
+                                                               "text_dropout": 0.5}}))
+  taken = setup.with_the_runs_record(linked, str(tmp_path))
+  assert not taken.linking.text and taken.linking.text_dropout == 0.0  # shapes only
   record.write_text(json.dumps({"task": "tagging", "linking": {"geometry": False}}))
   assert setup.with_the_runs_record(linked, str(tmp_path)) is linked  # no head in that run
   # An unreadable record takes nothing, with a warning naming it.

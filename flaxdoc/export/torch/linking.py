@@ -1,6 +1,6 @@
 """PyTorch twin of `flaxdoc.nn.linking.LinkingHead` (parameter names = Flax paths).
 
-`TorchLinkingHead(width, num_labels, dim, pooling, geometry)` takes the encoder's
+`TorchLinkingHead(width, num_labels, dim, pooling, geometry, text)` takes the encoder's
 token states `[B, L, H]` and the featuriser's `link_*` arrays (`flaxdoc.data.linking`)
 and returns the link logits `[B, V, C + 1]` (last column: "no key"; masked candidates
 -1e9), equal to the Flax head's. Candidates are gathered by index, as in Flax: the
@@ -79,16 +79,20 @@ class TorchLinkingHead(nn.Module):
   """Biaffine key -> value scores over candidate pairs (see `flaxdoc.nn.linking`)."""
 
   def __init__(self, width: int, num_labels: int, dim: int = 128, pooling: str = "first",
-               geometry: bool = True, geometry_hidden: int = 32):
+               geometry: bool = True, text: bool = True, text_dropout: float = 0.0,
+               geometry_hidden: int = 32):
     super().__init__()
+    del text_dropout  # training only (the spec in config.json carries it)
     self.pooling = pooling
     self.num_labels = int(num_labels)
     self.has_geometry = bool(geometry)
+    self.has_text = bool(text)
     self.label_embedding = _param(num_labels, width)
-    self.key_ffn = _RoleFFN(width, dim)
     self.value_ffn = _RoleFFN(width, dim)
-    self.bilinear = _param(dim, dim)
-    self.key_bias = _param(dim)
+    if self.has_text:
+      self.key_ffn = _RoleFFN(width, dim)
+      self.bilinear = _param(dim, dim)
+      self.key_bias = _param(dim)
     self.no_key = Dense(dim, 1)
     if self.has_geometry:
       self.geometry_in = Dense(NUM_GEOMETRY_INPUTS, geometry_hidden)
@@ -110,13 +114,14 @@ class TorchLinkingHead(nn.Module):
     pooled = self._pool(hidden, first, link["link_token_entity"].to(torch.int64), num_entities)
     labels = link["link_label"].to(torch.int64).clamp(0, self.num_labels - 1)
     reps = pooled + self.label_embedding[labels]
-    keys, values = self.key_ffn(reps), self.value_ffn(reps)  # [B, E, D]
     value_idx = link["link_value"].to(torch.int64)  # [B, V]
     cand = link["link_candidates"].to(torch.int64)  # [B, V, C]
-    t = _gather_rows(values, value_idx)  # [B, V, D]
-    h = _gather_rows(keys, cand)  # [B, V, C, D]
-    scores = (torch.einsum("bve,bvce->bvc", t @ self.bilinear, h) +
-              torch.einsum("bvce,e->bvc", h, self.key_bias))
+    t = _gather_rows(self.value_ffn(reps), value_idx)  # [B, V, D]
+    scores = torch.zeros(cand.shape, dtype=t.dtype, device=t.device)
+    if self.has_text:
+      h = _gather_rows(self.key_ffn(reps), cand)  # [B, V, C, D]
+      scores = (torch.einsum("bve,bvce->bvc", t @ self.bilinear, h) +
+                torch.einsum("bvce,e->bvc", h, self.key_bias))
     if self.has_geometry:
       feats = geometry_inputs(link["link_box"].to(torch.float32), value_idx, cand)
       g = self.geometry_out(nn.functional.gelu(self.geometry_in(feats)))
