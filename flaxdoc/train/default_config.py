@@ -215,4 +215,7 @@ def make(arg: str | None, *, model: str, variant: str, recipe: str = "bert",
     # labels mapped to them, OCR results cached in ocr_cache_dir (flaxdoc.data.ocr).
     d.dataset_options.ocr = ""
     d.dataset_options.ocr_cache_dir = ""
+    # 129 training forms: the text score fits them; dropping it for half the values in
+    # training lifted dev relation F1 from scratch and from MiniLM (README, Key-value pairs).
+    lk.text_dropout = 0.5
   return c

@@ -28,6 +28,14 @@ def test_config_task_and_linking_defaults():
   assert config.task == "tagging+linking" and config.data.dataset_options.link_keys
   assert config.linking.pooling == "first" and config.linking.weight == 1.0
   assert config.linking.geometry  # the pair-geometry score is on by default (README)
+  assert config.linking.text and config.linking.text_dropout == 0.0
+  # FUNSD's 129 training forms: half the values train without the text score (README).
+  funsd = load_config(arg="local,task=tagging+linking,dataset=funsd")
+  spec = linking.LinkingTask.from_config(funsd, ("question", "answer", "header", "other")).spec
+  assert (spec.text, spec.text_dropout) == (True, 0.5)
+  funsd.linking.text, funsd.linking.geometry = False, False
+  with pytest.raises(setup.ConfigError, match=r"text=False needs geometry=True"):
+    linking.LinkingTask.from_config(funsd, ("question", "answer"))
   assert tiny_config().task == "tagging"
   with pytest.raises(setup.ConfigError, match=r"config.task='kv': must be one of"):
     linking.task_of(tiny_config(arg="local,task=kv"))
