@@ -48,9 +48,13 @@ def test_erf_gelu_in_bfloat16_is_the_value_rounded_once():
 
 
 def test_erf_gelu_matches_pytorch():
+  """Both float32 GELUs are within ~1e-6 of the float64 value, so they agree within 2e-6:
+  torch's own error depends on the CPU's vector erf (1.0e-6 measured on one CI machine, where
+  the two differed by 1.1e-6 at x = -3.39; ours is within 0.7e-6 there, the test above)."""
   torch = pytest.importorskip("torch")
   ref = torch.nn.functional.gelu(torch.from_numpy(X)).numpy()
-  np.testing.assert_allclose(np.asarray(erf_gelu(jnp.asarray(X))), ref, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(ref, _gelu64(X.astype(np.float64)), rtol=0, atol=1.5e-6)
+  np.testing.assert_allclose(np.asarray(erf_gelu(jnp.asarray(X))), ref, rtol=1e-6, atol=2e-6)
 
 
 def test_bias_erf_gelu_values_and_gradients_are_the_unchecked_function():
