@@ -30,6 +30,10 @@ A value whose gold key is not among its candidates (outside the window, or beyon
 `max_candidates`) gets target -1: it is neither a positive nor a "no key" example.
 Entities come from the gold spans in training and evaluation "with gold entities",
 and from the Viterbi-decoded spans end to end (then there is no target).
+
+`document_candidates` applies the same rule (allowed labels, nearest first, at most
+`max_candidates`) to a whole document's entities, for linking across windows at
+inference (`config.linking.scope="document"`).
 """
 
 from __future__ import annotations
@@ -118,6 +122,24 @@ def entity_boxes(doc: Document, entities: Sequence) -> np.ndarray:
   return out
 
 
+def nearest_first(boxes: np.ndarray, value: int, candidates: Sequence[int]) -> list[int]:
+  """`candidates` (rows of `boxes [N, 4]`) ordered nearest to entity `value` first.
+
+  By the distance between the boxes (0 when they touch), then between the centres. FUNSD
+  dev, 256-token windows: a value's key is its first candidate for 57% of the answers by
+  this order, 46% by the centres alone. The geometry score reads the rank.
+  """
+  cands = list(candidates)
+  if not cands:
+    return cands
+  other = boxes[cands]  # [n, 4]
+  me = boxes[value]
+  apart = np.maximum(np.maximum(me[:2] - other[:, 2:], other[:, :2] - me[2:]), 0.0)
+  centres = 0.5 * (other[:, :2] + other[:, 2:])
+  centre = np.hypot(*(centres - 0.5 * (me[:2] + me[2:])).T)
+  return [cands[k] for k in np.lexsort((centre, np.hypot(*apart.T)))]
+
+
 def window_link_arrays(doc: Document, window: dict, entities: Sequence, relations,
                        allowed: np.ndarray, label_index: dict[str, int],
                        shapes: LinkShapes, boxes: np.ndarray | None = None,
@@ -168,7 +190,6 @@ def window_link_arrays(doc: Document, window: dict, entities: Sequence, relation
   for k, v in relations or ():
     gold_keys.setdefault(v, []).append(k)
   box = out["link_box"]  # [E, 4]
-  centres = 0.5 * (box[:, :2] + box[:, 2:])  # [E, 2]
   slot = 0
   for i in range(n):
     li = labels[i]
@@ -178,14 +199,8 @@ def window_link_arrays(doc: Document, window: dict, entities: Sequence, relation
       if stats is not None:
         stats["values_cut"] = stats.get("values_cut", 0) + 1
       continue
-    cands = [j for j in range(n) if j != i and labels[j] >= 0 and allowed[labels[j], li]]
-    # Nearest first: by the distance between the boxes (0 when they touch), then between the
-    # centres. FUNSD dev, 256-token windows: a value's key is its first candidate for 57% of
-    # the answers by this order, 46% by the centres alone. The geometry score reads the rank.
-    other = box[cands]  # [n, 4]
-    apart = np.maximum(np.maximum(box[i, :2] - other[:, 2:], other[:, :2] - box[i, 2:]), 0.0)
-    centre = np.hypot(*(centres[cands] - centres[i]).T)
-    cands = [cands[k] for k in np.lexsort((centre, np.hypot(*apart.T)))]
+    cands = nearest_first(box, i, [j for j in range(n)
+                                   if j != i and labels[j] >= 0 and allowed[labels[j], li]])
     if len(cands) > C and stats is not None:
       stats["candidates_cut"] = stats.get("candidates_cut", 0) + len(cands) - C
     cands = cands[:C]
@@ -201,6 +216,45 @@ def window_link_arrays(doc: Document, window: dict, entities: Sequence, relation
         out["link_target"][slot] = C  # no key
     slot += 1
   return out
+
+
+def document_candidates(labels: np.ndarray, boxes: np.ndarray, allowed: np.ndarray,
+                        max_candidates: int, encoded: np.ndarray | None = None,
+                        stats: dict | None = None
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """Candidates over a whole document (`config.linking.scope="document"`).
+
+  Every value entity with the `max_candidates` allowed keys nearest to it anywhere in the
+  document, ordered as in a window (`nearest_first`), so that a key and a value in
+  different windows can be linked.
+
+  Args:
+    labels: int `[N]` label index of each of the document's entities (-1: not in the table).
+    boxes: float32 `[N, 4]`, `entity_boxes`.
+    allowed: `parse_pairs` table.
+    encoded: bool `[N]`, the entities the model encoded (in some window); None: all.
+    stats: counters of what `max_candidates` cut (updated in place).
+  Returns:
+    `values int [V]`, `candidates int [V, C]` (entity indices, 0 where masked) and
+    `mask bool [V, C]`, for the `V` entities that can be a value.
+  """
+  labels = np.asarray(labels)
+  n, C = len(labels), max_candidates
+  ok = labels >= 0 if encoded is None else (labels >= 0) & np.asarray(encoded, bool)
+  values = [i for i in range(n) if ok[i] and allowed[:, labels[i]].any()]
+  cands = np.zeros((len(values), C), np.int32)
+  mask = np.zeros((len(values), C), bool)
+  as_key = allowed[np.maximum(labels, 0)] & ok[:, None]  # [N, num_labels]: j can key label l
+  for slot, i in enumerate(values):
+    keys = as_key[:, labels[i]].copy()
+    keys[i] = False
+    order = nearest_first(boxes, i, np.flatnonzero(keys).tolist())
+    if len(order) > C and stats is not None:
+      stats["candidates_cut"] = stats.get("candidates_cut", 0) + len(order) - C
+    order = order[:C]
+    cands[slot, :len(order)] = order
+    mask[slot, :len(order)] = True
+  return np.asarray(values, np.int32), cands, mask
 
 
 def empty_link_arrays(length: int, shapes: LinkShapes) -> dict[str, np.ndarray]:

@@ -54,7 +54,7 @@ from flaxdoc.nn.heads import LOCAL_ORDER_CLASSES, LocalOrderHead, MLMHead, Taggi
 from flaxdoc.nn.layout_terms import (FixedBiasTerm, GaussianTerm, PolarTerm, RichAttentionTerm,
                                      layout_geometry)
 from flaxdoc.nn.linformer import LinformerAttention
-from flaxdoc.nn.linking import LinkingHead
+from flaxdoc.nn.linking import ENCODING_OUTPUTS, LinkingHead
 
 # Re-exported: the spec and its tables have always been importable from here.
 __all__ = ["ATTENTION_KINDS", "CHOICES", "DTYPES", "IS_LONG", "DocumentEncoder", "EncoderSpec",
@@ -145,7 +145,8 @@ class DocumentEncoder(nn.Module):
   pretraining: bool = False
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
-  # A `flaxdoc.nn.linking.LinkingSpec`: also return `"link_logits"` (entity linking).
+  # A `flaxdoc.nn.linking.LinkingSpec`: also return `"link_logits"` (entity linking) and
+  # the window's entity encodings (`ENCODING_OUTPUTS`).
   linking: Any = None
   # Pre-training: the MLM head scores only this many positions per sequence, the ones
   # with `batch["mlm_weights"] > 0` in order (BERT's max_predictions_per_seq; the
@@ -354,19 +355,28 @@ class DocumentEncoder(nn.Module):
             initializer_range=s.initializer_range, dtype=self.dtype,
             param_dtype=self.param_dtype, name="lop_head")(x)  # [B, L, 11]
     if self.linking is not None and "link_first" in batch:
-      ls = self.linking
-      outputs["link_logits"] = LinkingHead(
-          num_labels=ls.num_labels, dim=ls.dim, pooling=ls.pooling, geometry=ls.geometry,
-          text=ls.text, text_dropout=ls.text_dropout,
-          dropout_rate=s.dropout_rate, initializer_range=s.initializer_range, dtype=self.dtype,
-          param_dtype=self.param_dtype, name="linking_head")(
-              x, batch, deterministic=deterministic)  # [B, V, C + 1]
+      head = linking_head(self, name="linking_head")
+      encoded = head.encode(x, batch, deterministic=deterministic)
+      outputs["link_logits"] = head.window_scores(encoded, batch, deterministic)  # [B, V, C + 1]
+      # The entities' encodings too, for linking across windows (`config.linking.scope`).
+      outputs.update({ENCODING_OUTPUTS[k]: v for k, v in encoded.items()})  # [B, E, D], [B, E]
     return outputs
 
   def _needs_boxes(self) -> bool:
     s = self.spec
     return (s.position_2d != "none" or s.uses_layout_terms or s.gcn_layers > 0
             or (s.attention == "cosformer" and s.cosformer_reweight in ("squircle", "cross")))
+
+
+def linking_head(model: DocumentEncoder, **kwargs) -> LinkingHead:
+  """The `LinkingHead` of `model` (its `linking` spec, dropout, init and dtypes): inside the
+  model, and alone for `LinkingHead.score` on candidates across windows."""
+  ls, s = model.linking, model.spec
+  return LinkingHead(
+      num_labels=ls.num_labels, dim=ls.dim, pooling=ls.pooling, geometry=ls.geometry,
+      text=ls.text, text_dropout=ls.text_dropout, dropout_rate=s.dropout_rate,
+      initializer_range=s.initializer_range, dtype=model.dtype, param_dtype=model.param_dtype,
+      **kwargs)
 
 
 def pad_rows(x: Array, mask: Array, geom: dict[str, Array] | None, multiple: int

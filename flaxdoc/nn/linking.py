@@ -31,6 +31,12 @@ never a `[tokens, tokens]` (nor an `[entities, entities]`) tensor. The output is
 `[B, V, C + 1]` logits, the last column "no key"; masked candidates are `-1e9`, so a
 softmax over the last axis is the distribution of a value over its keys and none
 (the training loss is its cross-entropy, `flaxdoc.train.linking`).
+
+The head has two halves: `encode` (a window's entity vectors and "no key" scores) and
+`score` (candidate pairs from their vectors and boxes). `__call__` runs both on a
+window's own candidates; inference may run `score` alone on a whole document's
+candidates, with each entity's vectors from the window that encoded it best
+(`config.linking.scope="document"`), so keys and values of different windows link.
 """
 
 from __future__ import annotations
@@ -54,6 +60,9 @@ NEG_INF = -1e9
 # those plus the candidate's rank among its value's candidates.
 NUM_PAIR_FEATURES = 11
 NUM_GEOMETRY_INPUTS = NUM_PAIR_FEATURES + 1
+# `LinkingHead.encode`'s entries as the model's outputs: `[B, E, D]`, `[B, E, D]`, `[B, E]`.
+ENCODING_OUTPUTS = {"value": "link_value_vectors", "key": "link_key_vectors",
+                    "none": "link_none"}
 
 
 def _signed_log(x: Array) -> Array:
@@ -98,20 +107,31 @@ def pair_geometry(key_boxes: Array, value_boxes: Array) -> Array:
   ], axis=-1)
 
 
-def geometry_inputs(boxes: Array, value_idx: Array, candidates: Array) -> Array:
+def candidate_geometry(key_boxes: Array, value_boxes: Array) -> Array:
   """The geometry score's input `[B, V, C, 12]` for each candidate pair.
 
   `pair_geometry(key box, value box)` and `log(1 + rank)`, the rank of the candidate among
-  its value's candidates (their order, nearest first: `flaxdoc.data.linking`), from
-  `boxes [B, E, 4]`, `value_idx [B, V]` and `candidates [B, V, C]` (entity indices).
+  its value's candidates (their order, nearest first: `flaxdoc.data.linking`), from the
+  candidates' boxes `key_boxes [B, V, C, 4]` and the values' `value_boxes [B, V, 4]`.
   """
-  b, v, c = candidates.shape
-  key_boxes = jnp.take_along_axis(boxes, candidates.reshape(b, v * c)[..., None],
-                                  axis=1).reshape(b, v, c, 4)
-  value_boxes = jnp.take_along_axis(boxes, value_idx[..., None], axis=1)  # [B, V, 4]
+  b, v, c = key_boxes.shape[:3]
   feats = pair_geometry(key_boxes, value_boxes[:, :, None, :])  # [B, V, C, 11]
   rank = jnp.broadcast_to(jnp.log1p(jnp.arange(c, dtype=feats.dtype))[:, None], (b, v, c, 1))
   return jnp.concatenate([feats, rank], axis=-1)
+
+
+def _gather(x: Array, index: Array) -> Array:
+  """`x [B, E, ...]`, `index [B, ...]` -> `[B, ..., ...]`: rows of `x` by entity index."""
+  b = index.shape[0]
+  flat = index.reshape(b, -1)
+  out = jnp.take_along_axis(x, flat.reshape(flat.shape + (1,) * (x.ndim - 2)), axis=1)
+  return out.reshape(index.shape + x.shape[2:])
+
+
+def geometry_inputs(boxes: Array, value_idx: Array, candidates: Array) -> Array:
+  """`candidate_geometry` of a window's candidates: `boxes [B, E, 4]`, `value_idx [B, V]`
+  and `candidates [B, V, C]` (entity indices) -> `[B, V, C, 12]`."""
+  return candidate_geometry(_gather(boxes, candidates), _gather(boxes, value_idx))
 
 
 def pool_entities(hidden: Array, first: Array, token_entity: Array, num_entities: int,
@@ -188,6 +208,11 @@ class _RoleFFN(nn.Module):
 class LinkingHead(nn.Module):
   """Biaffine key -> value scorer over candidate pairs (see the module docstring).
 
+  Two halves, so that candidates need not share a window (`config.linking.scope`):
+  `encode` (a window's token states -> each entity's value / key vectors and "no key"
+  score) and `score` (encodings and boxes of candidate pairs -> logits). `__call__` is
+  both over the window's own candidates.
+
   Attributes:
     num_labels: entity labels (rows of the label embedding).
     dim: width of the key / value projections.
@@ -211,7 +236,94 @@ class LinkingHead(nn.Module):
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
+  def setup(self):
+    init = nn.initializers.normal(self.initializer_range)
+    kw = dict(dim=self.dim, dropout_rate=self.dropout_rate,
+              initializer_range=self.initializer_range, dtype=self.dtype,
+              param_dtype=self.param_dtype)
+    self.value_ffn = _RoleFFN(**kw)
+    if self.text:
+      self.key_ffn = _RoleFFN(**kw)
+      self.bilinear = self.param("bilinear", nn.with_logical_partitioning(init, (None, None)),
+                                 (self.dim, self.dim), self.param_dtype)  # [D, D]
+      self.key_bias = self.param("key_bias", nn.with_logical_partitioning(init, (None,)),
+                                 (self.dim,), self.param_dtype)  # [D]
+    if self.geometry:
+      lecun = nn.with_logical_partitioning(nn.initializers.lecun_normal(), (None, None))
+      self.geometry_in = nn.Dense(self.geometry_hidden, param_dtype=self.param_dtype,
+                                  kernel_init=lecun)
+      self.geometry_out = nn.Dense(1, param_dtype=self.param_dtype, kernel_init=lecun)
+    self.no_key = nn.Dense(1, dtype=self.dtype, param_dtype=self.param_dtype,
+                           kernel_init=nn.with_logical_partitioning(init, (None, None)))
+
   @nn.compact
+  def encode(self, hidden: Array, link: Mapping[str, Array], deterministic: bool = True
+             ) -> dict[str, Array]:
+    """A window's entity encodings from `hidden [B, L, H]` and its `link_*` arrays.
+
+    Returns `{"value": [B, E, D], "key": [B, E, D] (text only), "none": float32 [B, E]}`:
+    each entity as a value (`t_v`), as a key (`h_k`), and its "no key" score.
+    """
+    first = jnp.asarray(link["link_first"], jnp.int32)
+    num_entities = first.shape[1]
+    pooled = pool_entities(hidden, first, jnp.asarray(link["link_token_entity"], jnp.int32),
+                           num_entities, self.pooling)  # [B, E, H]
+    labels = jnp.clip(jnp.asarray(link["link_label"], jnp.int32), 0, self.num_labels - 1)
+    init = nn.initializers.normal(self.initializer_range)
+    label_table = self.param("label_embedding",
+                             nn.with_logical_partitioning(init, (None, "embed")),
+                             (self.num_labels, hidden.shape[-1]),
+                             self.param_dtype)  # [num_labels, H]
+    reps = pooled + jnp.asarray(label_table, self.dtype)[labels]  # [B, E, H]
+    reps = Dropout(self.dropout_rate)(reps, deterministic=deterministic)
+    out = {"value": self.value_ffn(reps, deterministic)}  # [B, E, D]
+    if self.text:
+      out["key"] = self.key_ffn(reps, deterministic)  # [B, E, D]
+    out["none"] = self.no_key(out["value"])[..., 0].astype(jnp.float32)  # [B, E]
+    return out
+
+  def score(self, value: Array, none: Array, key: Array | None, value_box: Array,
+            key_box: Array, mask: Array, deterministic: bool = True) -> Array:
+    """Logits `float32 [B, V, C + 1]` of candidate pairs from their encodings.
+
+    Args:
+      value: `[B, V, D]` the values' vectors; none: `[B, V]` their "no key" scores.
+      key: `[B, V, C, D]` each value's candidates' key vectors (None when `text=False`).
+      value_box: `[B, V, 4]`; key_box: `[B, V, C, 4]` (document units, `link_box`).
+      mask: bool `[B, V, C]`, real candidates (others get -1e9).
+    """
+    b, v, c = mask.shape
+    scores = jnp.zeros((b, v, c), jnp.float32)
+    if self.text:
+      tw = jnp.einsum("bvd,de->bve", value, jnp.asarray(self.bilinear, self.dtype))  # [B, V, D]
+      text = (jnp.einsum("bve,bvce->bvc", tw, key) +
+              jnp.einsum("bvce,e->bvc", key, jnp.asarray(self.key_bias, self.dtype)))
+      text = text.astype(jnp.float32)  # [B, V, C]
+      if self.text_dropout > 0.0 and not deterministic:
+        # Whole rows, not rescaled: a kept row is scored as at inference, a dropped one
+        # by geometry (and "no key") alone.
+        keep = keep_mask(seed_from_key(self.make_rng("dropout")), (b, v), self.text_dropout)
+        text = jnp.where(keep[..., None], text, 0.0)
+      scores = scores + text
+    if self.geometry:
+      feats = candidate_geometry(jnp.asarray(key_box, jnp.float32),
+                                 jnp.asarray(value_box, jnp.float32))  # [B, V, C, 12]
+      g = self.geometry_out(erf_gelu(self.geometry_in(feats)))  # [B, V, C, 1]
+      scores = scores + g[..., 0]
+    scores = jnp.where(jnp.asarray(mask, bool), scores, NEG_INF)
+    return jnp.concatenate([scores, jnp.asarray(none, jnp.float32)[..., None]], axis=-1)
+
+  def window_scores(self, encoded: Mapping[str, Array], link: Mapping[str, Array],
+                    deterministic: bool = True) -> Array:
+    """`score` over the window's own candidates (`link_value`, `link_candidates`)."""
+    value_idx = jnp.asarray(link["link_value"], jnp.int32)  # [B, V]
+    cand = jnp.asarray(link["link_candidates"], jnp.int32)  # [B, V, C]
+    boxes = jnp.asarray(link["link_box"], jnp.float32)  # [B, E, 4]
+    return self.score(_gather(encoded["value"], value_idx), _gather(encoded["none"], value_idx),
+                      _gather(encoded["key"], cand) if self.text else None,
+                      _gather(boxes, value_idx), _gather(boxes, cand),
+                      link["link_candidate_mask"], deterministic)
+
   def __call__(self, hidden: Array, link: Mapping[str, Array], deterministic: bool = True
                ) -> Array:
     """`hidden [B, L, H]` + the `link_*` arrays -> logits `float32 [B, V, C + 1]`.
@@ -220,57 +332,4 @@ class LinkingHead(nn.Module):
     `link_token_entity [B, L]`, `link_label [B, E]`, `link_box [B, E, 4]`,
     `link_value [B, V]`, `link_candidates [B, V, C]`, `link_candidate_mask [B, V, C]`.
     """
-    first = jnp.asarray(link["link_first"], jnp.int32)
-    num_entities = first.shape[1]
-    pooled = pool_entities(hidden, first, jnp.asarray(link["link_token_entity"], jnp.int32),
-                           num_entities, self.pooling)  # [B, E, H]
-    labels = jnp.clip(jnp.asarray(link["link_label"], jnp.int32), 0, self.num_labels - 1)
-    width = hidden.shape[-1]
-    init = nn.initializers.normal(self.initializer_range)
-    label_table = self.param("label_embedding",
-                             nn.with_logical_partitioning(init, (None, "embed")),
-                             (self.num_labels, width), self.param_dtype)  # [num_labels, H]
-    reps = pooled + jnp.asarray(label_table, self.dtype)[labels]  # [B, E, H]
-    reps = Dropout(self.dropout_rate)(reps, deterministic=deterministic)
-    kw = dict(dim=self.dim, dropout_rate=self.dropout_rate,
-              initializer_range=self.initializer_range, dtype=self.dtype,
-              param_dtype=self.param_dtype)
-    values = _RoleFFN(name="value_ffn", **kw)(reps, deterministic)  # [B, E, D]
-
-    value_idx = jnp.asarray(link["link_value"], jnp.int32)  # [B, V]
-    cand = jnp.asarray(link["link_candidates"], jnp.int32)  # [B, V, C]
-    b, v, c = cand.shape
-    t = jnp.take_along_axis(values, value_idx[..., None], axis=1)  # [B, V, D]
-    scores = jnp.zeros((b, v, c), jnp.float32)
-    if self.text:
-      keys = _RoleFFN(name="key_ffn", **kw)(reps, deterministic)  # [B, E, D]
-      h = jnp.take_along_axis(keys, cand.reshape(b, v * c)[..., None],
-                              axis=1).reshape(b, v, c, self.dim)  # [B, V, C, D]
-      bilinear = self.param("bilinear", nn.with_logical_partitioning(init, (None, None)),
-                            (self.dim, self.dim), self.param_dtype)  # [D, D]
-      key_bias = self.param("key_bias", nn.with_logical_partitioning(init, (None,)),
-                            (self.dim,), self.param_dtype)  # [D]
-      tw = jnp.einsum("bvd,de->bve", t, jnp.asarray(bilinear, self.dtype))  # [B, V, D]
-      text = (jnp.einsum("bve,bvce->bvc", tw, h) +
-              jnp.einsum("bvce,e->bvc", h, jnp.asarray(key_bias, self.dtype)))  # [B, V, C]
-      text = text.astype(jnp.float32)
-      if self.text_dropout > 0.0 and not deterministic:
-        # Whole rows, not rescaled: a kept row is scored as at inference, a dropped one
-        # by geometry (and "no key") alone.
-        keep = keep_mask(seed_from_key(self.make_rng("dropout")), (b, v), self.text_dropout)
-        text = jnp.where(keep[..., None], text, 0.0)
-      scores = scores + text
-    if self.geometry:
-      feats = geometry_inputs(jnp.asarray(link["link_box"], jnp.float32), value_idx, cand)
-      lecun = nn.with_logical_partitioning(nn.initializers.lecun_normal(), (None, None))
-      g = nn.Dense(self.geometry_hidden, param_dtype=self.param_dtype, name="geometry_in",
-                   kernel_init=lecun)(feats)  # [B, V, C, geometry_hidden]
-      g = nn.Dense(1, param_dtype=self.param_dtype, name="geometry_out",
-                   kernel_init=lecun)(erf_gelu(g))
-      scores = scores + g[..., 0]
-    none = nn.Dense(1, dtype=self.dtype, param_dtype=self.param_dtype, name="no_key",
-                    kernel_init=nn.with_logical_partitioning(init, (None, None)))(t)  # [B, V, 1]
-    mask = jnp.asarray(link["link_candidate_mask"], bool)
-    scores = jnp.where(mask, scores, NEG_INF)
-    return jnp.concatenate([scores, none.astype(jnp.float32)], axis=-1)  # [B, V, C + 1]
-
+    return self.window_scores(self.encode(hidden, link, deterministic), link, deterministic)

@@ -207,6 +207,9 @@ def make(arg: str | None, *, model: str, variant: str, recipe: str = "bert",
   lk.max_entities = 96  # per window (padding sizes)
   lk.max_values = 64
   lk.max_candidates = 32  # nearest candidate keys kept per value
+  # Inference: a value's candidates from the whole "document" (keys in other windows too)
+  # or only from its "window" (as in training). README, Key-value pairs.
+  lk.scope = "document"
   if "linking" in str(a.task) and a.dataset == "synthetic":
     # The synthetic generator writes its key -> value relations only when asked.
     d.dataset_options.link_keys = True

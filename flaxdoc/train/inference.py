@@ -80,7 +80,7 @@ def run_eval(config: ml_collections.ConfigDict, workdir: str) -> dict:
   report = metrics_lib.format_report(scores)
   if env.linking is not None:  # entity linking: relation scores (flaxdoc.train.linking)
     scores["relations"] = env.linking.evaluate(
-        feats, preds, linking.link_fn_for(config, env.model, params), config.eval_batch_size)
+        feats, preds, linking.linker_for(config, env.model, params), config.eval_batch_size)
     report += "\nkey -> value relations: " + linking.summary(scores["relations"])
   print(f"\n{config.data.dataset} {split}: {len(feats.documents)} documents\n{report}")
   if _writes_outputs():
@@ -120,7 +120,7 @@ def run_predict(config: ml_collections.ConfigDict, workdir: str) -> str:
   pairs = [[] for _ in docs]
   if env.linking is not None:  # key -> value pairs (flaxdoc.train.linking)
     pairs = linking.document_pairs(env.linking, docs, feats, preds,
-                                   linking.link_fn_for(config, env.model, params),
+                                   linking.linker_for(config, env.model, params),
                                    config.eval_batch_size)
   out = config.predict.get("output") or os.path.join(workdir, "predictions.jsonl")
   if _writes_outputs():

@@ -148,7 +148,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     return np.asarray(multihost_utils.process_allgather(out, tiled=True))
 
   if env.linking is not None:  # entity linking (config.task): flaxdoc.train.linking
-    link_fn = linking.make_link_fn(model, lambda: state.params, mesh)
+    linker = linking.make_linker(model, lambda: state.params, mesh)
 
   writer = metrics_writer.MetricsWriter(workdir)
   total = int(config.total_steps)
@@ -194,7 +194,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         eval_metrics = {"eval/f1": scores["f1"], "eval/precision": scores["precision"],
                         "eval/recall": scores["recall"]}
         if env.linking is not None:
-          rel = env.linking.evaluate(eval_split, preds, link_fn, config.eval_batch_size)
+          rel = env.linking.evaluate(eval_split, preds, linker, config.eval_batch_size)
           eval_metrics.update(linking.eval_metrics(rel))
           log.info("step %d: relation F1 %s", step, linking.summary(rel))
         writer.write(step, eval_metrics)

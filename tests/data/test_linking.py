@@ -7,7 +7,8 @@ import pytest
 
 from flaxdoc.data import jsonl
 from flaxdoc.data.document import Document
-from flaxdoc.data.linking import (LinkShapes, add_link_arrays, oriented_relations, parse_pairs,
+from flaxdoc.data.linking import (LinkShapes, add_link_arrays, document_candidates,
+                                  entity_boxes, oriented_relations, parse_pairs,
                                   window_link_arrays)
 from flaxdoc.data.synthetic import LABELS_WITH_KEYS, SyntheticConfig, make_document
 
@@ -106,6 +107,60 @@ def test_no_key_target_and_size_cuts():
   stats = add_link_arrays([doc], [window], np.zeros(1, int), [doc.entities], [[]], allowed,
                           LABELS, LinkShapes(6, 2, 2))
   assert window["link_target"].tolist() == [2, 2]  # no relation at all: "no key"
+
+
+def _brute_candidates(labels, boxes, allowed, encoded, value):
+  """Allowed, encoded keys of `value`, ordered by box gap then centre distance (loops)."""
+  rows = []
+  for j in range(len(labels)):
+    if j == value or not encoded[j] or labels[j] < 0 or not allowed[labels[j], labels[value]]:
+      continue
+    k, v = boxes[j], boxes[value]
+    gx = max(v[0] - k[2], k[0] - v[2], 0.0)
+    gy = max(v[1] - k[3], k[1] - v[3], 0.0)
+    cx = (k[0] + k[2]) / 2 - (v[0] + v[2]) / 2
+    cy = (k[1] + k[3]) / 2 - (v[1] + v[3]) / 2
+    rows.append((float(np.hypot(gx, gy)), float(np.hypot(cx, cy)), j))
+  return [j for *_, j in sorted(rows)]
+
+
+def test_document_candidates_against_loops():
+  rng = np.random.default_rng(0)
+  n, c = 40, 6
+  labels = rng.integers(-1, 3, size=n)  # -1: a label outside the table
+  lo = rng.uniform(0, 2000, size=(n, 2)).astype(np.float32)
+  boxes = np.concatenate([lo, lo + rng.uniform(1, 80, size=(n, 2)).astype(np.float32)], 1)
+  allowed = parse_pairs("question:answer,header:question", LABELS)
+  encoded = rng.uniform(size=n) < 0.9
+  stats = {}
+  values, cands, mask = document_candidates(labels, boxes, allowed, c, encoded, stats)
+  want_values = [i for i in range(n) if encoded[i] and labels[i] in (1, 2)]
+  assert values.tolist() == want_values
+  cut = 0
+  for slot, i in enumerate(values):
+    want = _brute_candidates(labels, boxes, allowed, encoded, i)
+    cut += max(len(want) - c, 0)
+    assert cands[slot][mask[slot]].tolist() == want[:c]
+    assert mask[slot].tolist() == [True] * min(len(want), c) + [False] * (c - min(len(want), c))
+  assert cut > 0 and stats == {"candidates_cut": cut}
+
+
+def test_document_candidates_are_the_windows_when_one_window_holds_the_document():
+  doc = make_document(0, 1, SyntheticConfig(link_keys=True))
+  window = {"word_ids": np.arange(len(doc))}
+  allowed = parse_pairs("key:*", LABELS_WITH_KEYS)
+  index = {l: i for i, l in enumerate(LABELS_WITH_KEYS)}
+  shapes = LinkShapes(len(doc.entities), len(doc.entities), 8)
+  w = window_link_arrays(doc, window, doc.entities, None, allowed, index, shapes)
+  labels = np.asarray([index[e.label] for e in doc.entities])
+  values, cands, mask = document_candidates(labels, entity_boxes(doc, doc.entities), allowed, 8)
+  ids = w["link_entity_id"]
+  slots = np.flatnonzero(w["link_candidate_mask"].any(1))
+  assert len(slots) > 3
+  assert ids[w["link_value"][slots]].tolist() == values[mask.any(1)].tolist()
+  for s, row in zip(slots, np.flatnonzero(mask.any(1))):
+    assert (ids[w["link_candidates"][s][w["link_candidate_mask"][s]]].tolist() ==
+            cands[row][mask[row]].tolist())
 
 
 def test_synthetic_writes_key_value_relations():

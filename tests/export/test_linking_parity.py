@@ -19,6 +19,7 @@ from flaxdoc.export import exporter  # noqa: E402
 from flaxdoc.export import weights as weights_lib  # noqa: E402
 from flaxdoc.export.torch import build_torch_model  # noqa: E402
 from flaxdoc.export.torch import linking as torch_linking  # noqa: E402
+from flaxdoc.models.document_encoder import linking_head  # noqa: E402
 from flaxdoc.nn import linking as flax_linking  # noqa: E402
 from flaxdoc.nn.linking import LinkingSpec  # noqa: E402
 
@@ -70,6 +71,30 @@ def test_link_logits_match_flax(name, variant, pooling, geometry, text):
                              rtol=0)
   np.testing.assert_allclose(links.numpy()[..., -1], want[..., -1], atol=1e-4, rtol=0)
   assert (links.numpy()[..., :-1][~real] == -1e9).all()
+
+  # The halves for linking across windows: the entity encodings, and the head's score alone.
+  with torch.no_grad():
+    touts = tmodel.link_outputs(H.torch_batch(batch))
+  assert ("link_key_vectors" in out) == text and ("link_key_vectors" in touts) == text
+  for k in ("link_value_vectors", "link_none") + (("link_key_vectors",) if text else ()):
+    np.testing.assert_allclose(touts[k].numpy(), np.asarray(out[k]), atol=1e-4, rtol=0)
+  np.testing.assert_array_equal(touts["link_logits"].numpy(), links.numpy())
+  rng = np.random.default_rng(7)
+  v, c = 5, 7
+  lo = rng.uniform(0, 900, size=(1, v, c + 1, 2)).astype(np.float32)
+  boxes = np.concatenate([lo, lo + rng.uniform(5, 100, size=lo.shape).astype(np.float32)], -1)
+  arrays = {"value": rng.normal(size=(1, v, 16)), "none": rng.normal(size=(1, v)),
+            "key": rng.normal(size=(1, v, c, 16)) if text else None,
+            "value_box": boxes[:, :, 0], "key_box": boxes[:, :, 1:],
+            "mask": rng.uniform(size=(1, v, c)) < 0.7}
+  arrays = {k: None if a is None else np.asarray(a, np.float32 if a.dtype != bool else bool)
+            for k, a in arrays.items()}
+  want = linking_head(model).apply({"params": params["linking_head"]}, *arrays.values(),
+                                   method="score")
+  with torch.no_grad():
+    got = tmodel.linking_head.score(*(None if a is None else torch.from_numpy(a)
+                                      for a in arrays.values()))
+  np.testing.assert_allclose(got.numpy(), np.asarray(want), atol=1e-4, rtol=0)
 
 
 def test_geometry_inputs_match_flax():

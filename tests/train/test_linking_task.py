@@ -10,7 +10,8 @@ import pytest
 
 from flaxdoc import decode
 from flaxdoc.data.synthetic import SyntheticConfig, make_document
-from flaxdoc.train import linking, optimizer, setup, state as state_lib
+from flaxdoc import models as models_lib
+from flaxdoc.train import linking, optimizer, setup, sharding as sharding_lib, state as state_lib
 from flaxdoc.train.input_pipeline import eval_batches
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -29,6 +30,10 @@ def test_config_task_and_linking_defaults():
   assert config.linking.pooling == "first" and config.linking.weight == 1.0
   assert config.linking.geometry  # the pair-geometry score is on by default (README)
   assert config.linking.text and config.linking.text_dropout == 0.0
+  assert config.linking.scope == "document"  # inference links across windows (README)
+  config.linking.scope = "page"
+  with pytest.raises(setup.ConfigError, match=r"config.linking.scope='page': must be one of"):
+    linking.LinkingTask.from_config(config, ("key", "value"))
   # FUNSD's 129 training forms: half the values train without the text score (README).
   funsd = load_config(arg="local,task=tagging+linking,dataset=funsd")
   spec = linking.LinkingTask.from_config(funsd, ("question", "answer", "header", "other")).spec
@@ -87,39 +92,60 @@ def test_linking_without_relations_names_dataset_and_split():
     env.featurized("train")
 
 
-def _oracle_link_fn(windows):
-  """Logits that put each value on its gold target (or, untrained slots, on "no key")."""
-  rows = iter(range(len(windows)))
-
-  def link_fn(batch):
+def _oracle_window_linker():
+  """Window logits that put each value on its gold target (untrained slots on "no key")."""
+  def run(batch):
     target = batch["link_target"]  # [B, V]
     B, V, C = batch["link_candidates"].shape
     logits = np.zeros((B, V, C + 1))
     tgt = np.where(target >= 0, target, C)
     np.put_along_axis(logits, tgt[..., None], 5.0, axis=-1)
-    next(rows, None)
+    return {"link_logits": logits}
+  return linking.Linker(run, score=None)
+
+
+def _oracle_document_linker(gold: set[tuple[int, int]]):
+  """One document's oracle across windows: each entity's encodings carry its document
+  index, and `score` puts each value on its gold key (or on "no key")."""
+  def run(batch):
+    ids = batch["link_entity_id"].astype(np.float32)[..., None]  # [B, E, 1]
+    return {"link_logits": None, "link_value_vectors": ids, "link_key_vectors": ids,
+            "link_none": np.zeros(ids.shape[:2], np.float32)}
+
+  def score(a):
+    (v, c), valued = a["mask"].shape, {v for _, v in gold}
+    assert a["key"].shape == (v, c, 1) and a["key_box"].shape == (v, c, 4)
+    logits = np.full((v, c + 1), -1e9)  # masked candidates, as the head scores them
+    for s in range(v):
+      value = int(a["value"][s, 0])
+      for j in np.flatnonzero(a["mask"][s]):
+        logits[s, j] = 5.0 if (int(a["key"][s, j, 0]), value) in gold else -5.0
+      logits[s, c] = 0.0 if value in valued else 5.0
     return logits
-  return link_fn
+  return linking.Linker(run, score)
 
 
 def test_evaluate_with_oracle_links_scores_one():
   config = _config("tagging+linking", **{"data.max_len": 512})
   env = setup.Experiment.create(config)
+  env.linking.scope = "window"
   split = env.featurized("dev")
   gold_preds = [type("P", (), {"entities": [decode._make_entity(d, e.label, e.words, None)
                                             for e in d.entities]})()
                 for d in split.documents]
   # Gold entities: links read from the gold targets are exactly the gold relations.
-  scores = env.linking.evaluate(split, None, _oracle_link_fn(split.windows), 4)
+  scores = env.linking.evaluate(split, None, _oracle_window_linker(), 4)
   assert scores["rel_f1_gold"] == 1.0
   assert scores["rel_num_gold_gold"] == sum(len(r) for r in env.linking.gold_relations(
       split.documents))
   # End to end with predicted (= gold) entities there are no targets: all "no key", F1 0.
-  scores = env.linking.evaluate(split, gold_preds, _oracle_link_fn(split.windows), 4)
+  scores = env.linking.evaluate(split, gold_preds, _oracle_window_linker(), 4)
   assert scores["rel_num_pred"] == 0 and scores["rel_recall"] == 0.0
 
 
-def test_link_pairs_keeps_the_most_confident_window():
+def _small_windows():
+  """A synthetic document in 64-token windows, with links between entities of different
+  windows."""
   doc = make_document(0, 2, SyntheticConfig(link_keys=True))
   config = _config("tagging+linking", **{"data.max_len": 64})
   env = setup.Experiment.create(config)
@@ -127,11 +153,51 @@ def test_link_pairs_keeps_the_most_confident_window():
   split = featurize_split([doc], env.tokenizer, env.feature_config)
   env.linking.add_gold(split, "test")
   assert len(split.windows) > 1
+  return doc, env, split
+
+
+def test_link_pairs_keeps_the_most_confident_window():
+  doc, env, split = _small_windows()
+  env.linking.scope = "window"
   pairs = env.linking.link_pairs([doc], split.windows, split.window_doc,
-                                 _oracle_link_fn(split.windows), 8)[0]
+                                 _oracle_window_linker(), 8, [doc.entities])[0]
   gold = set(env.linking.gold_relations([doc])[0])
   assert pairs and {(k, v) for k, v, _ in pairs} <= gold
   assert all(0.5 < p <= 1.0 for _, _, p in pairs)
+
+
+def test_document_scope_links_keys_and_values_of_different_windows():
+  doc, env, split = _small_windows()
+  gold = set(env.linking.gold_relations([doc])[0])
+  together = {(k, v) for k, v in gold if any(
+      {k, v} <= set(np.asarray(w["link_entity_id"]).tolist()) for w in split.windows)}
+  assert together < gold  # some pairs never share a window
+  assert env.linking.scope == "document"  # the default
+  pairs = env.linking.link_pairs([doc], split.windows, split.window_doc,
+                                 _oracle_document_linker(gold), 8, [doc.entities])[0]
+  assert {(k, v) for k, v, _ in pairs} == gold
+  assert all(0.99 < p <= 1.0 for _, _, p in pairs)
+
+
+def test_document_scope_equals_window_scope_when_one_window_holds_the_document():
+  """A random model: the head's halves over document candidates give the window's links."""
+  config = _config("tagging+linking", **{"data.max_len": 512})
+  env = setup.Experiment.create(config)
+  split = env.featurized("dev")
+  assert len(split.windows) == len(split.documents)  # one window each
+  params = models_lib.random_parameters(env.model, env.example_batch(2), seed=1, stddev=0.2)
+  linker = linking.make_linker(env.model, lambda: params,
+                               sharding_lib.make_mesh(dict(config.mesh.shape)))
+  ents = [d.entities for d in split.documents]
+  got = {}
+  for scope in ("window", "document"):
+    env.linking.scope = scope
+    got[scope] = env.linking.link_pairs(split.documents, split.windows, split.window_doc,
+                                        linker, 2, ents)
+  assert sum(map(len, got["window"])) > 0
+  for w, d in zip(got["window"], got["document"]):
+    assert [(k, v) for k, v, _ in w] == [(k, v) for k, v, _ in d]
+    np.testing.assert_allclose([p for *_, p in w], [p for *_, p in d], atol=1e-5, rtol=0)
 
 
 @pytest.mark.slow

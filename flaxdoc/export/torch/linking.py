@@ -4,7 +4,9 @@
 token states `[B, L, H]` and the featuriser's `link_*` arrays (`flaxdoc.data.linking`)
 and returns the link logits `[B, V, C + 1]` (last column: "no key"; masked candidates
 -1e9), equal to the Flax head's. Candidates are gathered by index, as in Flax: the
-cost is linear in the candidate pairs.
+cost is linear in the candidate pairs. As in Flax, `encode` (a window's entity vectors)
+and `score` (candidate pairs from those vectors) also run apart, for linking across
+windows (`config.linking.scope="document"`, `flaxdoc.train.linking`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ LINK_KEYS = ("link_first", "link_token_entity", "link_label", "link_box", "link_
              "link_candidates", "link_candidate_mask")
 NEG_INF = -1e9
 NUM_GEOMETRY_INPUTS = 12  # flaxdoc.nn.linking.NUM_GEOMETRY_INPUTS
+# flaxdoc.nn.linking.ENCODING_OUTPUTS: `encode`'s entries as the model's outputs.
+ENCODING_OUTPUTS = {"value": "link_value_vectors", "key": "link_key_vectors",
+                    "none": "link_none"}
 
 
 def _signed_log(x: torch.Tensor) -> torch.Tensor:
@@ -48,12 +53,18 @@ def pair_geometry(key_boxes: torch.Tensor, value_boxes: torch.Tensor) -> torch.T
   ], dim=-1)
 
 
+def candidate_geometry(key_boxes: torch.Tensor, value_boxes: torch.Tensor) -> torch.Tensor:
+  """`flaxdoc.nn.linking.candidate_geometry`: `[B, V, C, 4]`, `[B, V, 4]` -> `[B, V, C, 12]`,
+  pair geometry and log(1 + rank)."""
+  feats = pair_geometry(key_boxes, value_boxes[:, :, None])
+  rank = torch.log1p(torch.arange(key_boxes.shape[2], dtype=feats.dtype, device=feats.device))
+  return torch.cat([feats, rank[:, None].expand(feats.shape[:-1] + (1,))], dim=-1)
+
+
 def geometry_inputs(boxes: torch.Tensor, value_idx: torch.Tensor,
                     cand: torch.Tensor) -> torch.Tensor:
-  """`flaxdoc.nn.linking.geometry_inputs`: `[B, V, C, 12]`, pair geometry and log(1 + rank)."""
-  feats = pair_geometry(_gather_rows(boxes, cand), _gather_rows(boxes, value_idx)[:, :, None])
-  rank = torch.log1p(torch.arange(cand.shape[-1], dtype=feats.dtype))
-  return torch.cat([feats, rank[:, None].expand(feats.shape[:-1] + (1,))], dim=-1)
+  """`flaxdoc.nn.linking.geometry_inputs`: `[B, V, C, 12]` of a window's candidates."""
+  return candidate_geometry(_gather_rows(boxes, cand), _gather_rows(boxes, value_idx))
 
 
 class _RoleFFN(nn.Module):
@@ -105,7 +116,8 @@ class TorchLinkingHead(nn.Module):
     sums = torch.einsum("ble,blh->beh", onehot, hidden)
     return sums / onehot.sum(1).clamp(min=1.0)[..., None]
 
-  def forward(self, hidden: torch.Tensor, link: Mapping[str, torch.Tensor]) -> torch.Tensor:
+  def encode(self, hidden: torch.Tensor, link: Mapping[str, torch.Tensor]) -> dict:
+    """`LinkingHead.encode`: `{"value": [B, E, D], "key": [B, E, D] (text), "none": [B, E]}`."""
     for key in LINK_KEYS:
       if key not in link:
         raise KeyError(f"batch lacks {key!r}: link arrays come from flaxdoc.data.linking")
@@ -114,18 +126,36 @@ class TorchLinkingHead(nn.Module):
     pooled = self._pool(hidden, first, link["link_token_entity"].to(torch.int64), num_entities)
     labels = link["link_label"].to(torch.int64).clamp(0, self.num_labels - 1)
     reps = pooled + self.label_embedding[labels]
-    value_idx = link["link_value"].to(torch.int64)  # [B, V]
-    cand = link["link_candidates"].to(torch.int64)  # [B, V, C]
-    t = _gather_rows(self.value_ffn(reps), value_idx)  # [B, V, D]
-    scores = torch.zeros(cand.shape, dtype=t.dtype, device=t.device)
+    out = {"value": self.value_ffn(reps)}
     if self.has_text:
-      h = _gather_rows(self.key_ffn(reps), cand)  # [B, V, C, D]
-      scores = (torch.einsum("bve,bvce->bvc", t @ self.bilinear, h) +
-                torch.einsum("bvce,e->bvc", h, self.key_bias))
+      out["key"] = self.key_ffn(reps)
+    out["none"] = self.no_key(out["value"])[..., 0]
+    return out
+
+  def score(self, value, none, key, value_box, key_box, mask) -> torch.Tensor:
+    """`LinkingHead.score`: logits `[B, V, C + 1]` of candidate pairs from their encodings
+    (`value [B, V, D]`, `none [B, V]`, `key [B, V, C, D]` or None, boxes, `mask [B, V, C]`)."""
+    scores = torch.zeros(mask.shape, dtype=value.dtype, device=value.device)
+    if self.has_text:
+      scores = (torch.einsum("bve,bvce->bvc", value @ self.bilinear, key) +
+                torch.einsum("bvce,e->bvc", key, self.key_bias))
     if self.has_geometry:
-      feats = geometry_inputs(link["link_box"].to(torch.float32), value_idx, cand)
+      feats = candidate_geometry(key_box.to(torch.float32), value_box.to(torch.float32))
       g = self.geometry_out(nn.functional.gelu(self.geometry_in(feats)))
       scores = scores + g[..., 0]
-    scores = torch.where(link["link_candidate_mask"].to(torch.bool), scores,
-                         torch.full_like(scores, NEG_INF))
-    return torch.cat([scores, self.no_key(t)], dim=-1)  # [B, V, C + 1]
+    scores = torch.where(mask.to(torch.bool), scores, torch.full_like(scores, NEG_INF))
+    return torch.cat([scores, none[..., None]], dim=-1)  # [B, V, C + 1]
+
+  def window_scores(self, encoded: dict, link: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """`score` over the window's own candidates."""
+    value_idx = link["link_value"].to(torch.int64)  # [B, V]
+    cand = link["link_candidates"].to(torch.int64)  # [B, V, C]
+    boxes = link["link_box"].to(torch.float32)  # [B, E, 4]
+    return self.score(_gather_rows(encoded["value"], value_idx),
+                      _gather_rows(encoded["none"][..., None], value_idx)[..., 0],
+                      _gather_rows(encoded["key"], cand) if self.has_text else None,
+                      _gather_rows(boxes, value_idx), _gather_rows(boxes, cand),
+                      link["link_candidate_mask"])
+
+  def forward(self, hidden: torch.Tensor, link: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    return self.window_scores(self.encode(hidden, link), link)

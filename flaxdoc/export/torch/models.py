@@ -27,7 +27,7 @@ from torch import nn
 
 from flaxdoc.export.torch import geometry as geo
 from flaxdoc.export.torch import layers as L
-from flaxdoc.export.torch.linking import TorchLinkingHead
+from flaxdoc.export.torch.linking import ENCODING_OUTPUTS, TorchLinkingHead
 
 # Keys `forward` reads: required, then optional (defaults as in the Flax model).
 BATCH_KEYS = ("input_ids", "attention_mask")
@@ -127,6 +127,22 @@ class TorchDocumentEncoder(nn.Module):
     A model exported with a linking head, given a batch with the `link_*` arrays,
     returns `(tag_logits, link_logits [B, V, C + 1])`.
     """
+    x = self.token_states(batch)  # [B, L, E]
+    if self.linking_head is not None and "link_first" in batch:
+      return self.tagging_head(x), self.linking_head(x, batch)
+    return self.tagging_head(x)
+
+  def link_outputs(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The Flax model's link outputs: `link_logits` and the window's entity encodings
+    (`link_value_vectors`, `link_key_vectors`, `link_none`; `TorchLinkingHead.encode`)."""
+    if self.linking_head is None:
+      raise ValueError("this exported model has no linking head")
+    encoded = self.linking_head.encode(self.token_states(batch), batch)
+    return {"link_logits": self.linking_head.window_scores(encoded, batch),
+            **{ENCODING_OUTPUTS[k]: v for k, v in encoded.items()}}
+
+  def token_states(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """The encoder's output `[B, L, E]` (without the global tokens)."""
     for key in BATCH_KEYS:
       if key not in batch:
         raise KeyError(f"batch lacks {key!r}; pass the featuriser's arrays as tensors")
@@ -166,7 +182,4 @@ class TorchDocumentEncoder(nn.Module):
         geom = {n: torch.cat([torch.zeros((bsz, g) + tuple(v.shape[2:]), dtype=v.dtype,
                                           device=v.device), v], dim=1)
                 for n, v in geom.items()}
-    x = self.encoder(x, enc_mask, geom)[:, g:]  # [B, L, E]
-    if self.linking_head is not None and "link_first" in batch:
-      return self.tagging_head(x), self.linking_head(x, batch)
-    return self.tagging_head(x)
+    return self.encoder(x, enc_mask, geom)[:, g:]  # [B, L, E]

@@ -12,8 +12,9 @@ tokenizer and feature config (`config.json`), run the torch model over batches o
 under `torch.no_grad()`, stitch the windows back to words and decode them with the
 constrained Viterbi (`flaxdoc.predictions.document_prediction`). A model with an
 entity-linking head is run a second time with the `link_*` arrays of the decoded
-entities, and its link logits become pairs by `flaxdoc.train.linking`'s own rule (each
-value to its most probable key or to none; the most confident window wins).
+entities, and its outputs become pairs by `flaxdoc.train.linking`'s own rule (each value
+to its most probable key or to none; keys in any window of the document with the
+default `config.linking.scope="document"`).
 
 Paths are read by `flaxdoc.data.sources.read_source`, as `predict` reads
 `config.predict.input`: `*.jsonl`; PDFs' text layers; with `ocr=ENGINE`, images and
@@ -152,11 +153,14 @@ class DocumentPipeline:
     return self.predict(self.read(inputs))
 
   # ------------------------------------------------------------------ model
+  @staticmethod
+  def _tensors(batch: dict, rows=slice(None)) -> dict:
+    return {k: torch.as_tensor(np.asarray(v)[rows]) for k, v in batch.items()
+            if k in MODEL_KEYS or k.startswith("link_")}
+
   def _run(self, batch: dict):
-    tensors = {k: torch.as_tensor(np.asarray(v)) for k, v in batch.items()
-               if k in MODEL_KEYS or k.startswith("link_")}
     with torch.no_grad():
-      return self.model(tensors)
+      return self.model(self._tensors(batch))
 
   def _window_scores(self, windows: list[dict]) -> list[np.ndarray]:
     """Tag logits `[L, T]` per window, `batch_size` windows per model call."""
@@ -166,16 +170,27 @@ class DocumentPipeline:
       out.extend(logits.numpy())
     return out
 
-  def _link_logits(self, batch: dict) -> np.ndarray:
-    """`LinkFn` for `flaxdoc.train.linking`: link logits `[B, V, C + 1]` of a batch whose
-    trailing rows may be padding (no tokens), which are not run."""
+  def _link_outputs(self, batch: dict) -> dict:
+    """`Linker.run` for `flaxdoc.train.linking`: the link outputs of a batch whose trailing
+    rows may be padding (no tokens), which are not run."""
     mask = np.asarray(batch["attention_mask"])
     real = np.flatnonzero(mask.any(axis=1))
-    _, link = self._run({k: np.asarray(v)[real] for k, v in batch.items()})
-    link = link.numpy()
-    out = np.zeros((len(mask),) + link.shape[1:], link.dtype)
-    out[real] = link
+    with torch.no_grad():
+      outputs = self.model.link_outputs(self._tensors(batch, real))
+    out = {}
+    for k, v in outputs.items():
+      v = v.numpy()
+      out[k] = np.zeros((len(mask),) + v.shape[1:], v.dtype)
+      out[k][real] = v
     return out
+
+  def _link_scores(self, arrays: dict) -> np.ndarray:
+    """`Linker.score`: the linking head alone on one document's candidates."""
+    t = {k: None if v is None else torch.as_tensor(np.asarray(v))[None]
+         for k, v in arrays.items()}
+    with torch.no_grad():
+      return self.model.linking_head.score(t["value"], t["none"], t["key"], t["value_box"],
+                                           t["key_box"], t["mask"])[0].numpy()
 
   # ------------------------------------------------------------------ documents
   def predict(self, documents: Iterable[Document]) -> list[dict]:
@@ -201,7 +216,8 @@ class DocumentPipeline:
     from flaxdoc.train import linking
     from flaxdoc.train.input_pipeline import FeaturizedSplit
     split = FeaturizedSplit(docs, windows, window_doc)
-    pairs = linking.document_pairs(self.linking, docs, split, preds, self._link_logits,
+    pairs = linking.document_pairs(self.linking, docs, split, preds,
+                                   linking.Linker(self._link_outputs, self._link_scores),
                                    self.batch_size)
     return [prediction_row(doc, p.entities, doc_pairs)
             for doc, p, doc_pairs in zip(docs, preds, pairs)]
