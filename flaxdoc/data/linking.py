@@ -140,6 +140,27 @@ def nearest_first(boxes: np.ndarray, value: int, candidates: Sequence[int]) -> l
   return [cands[k] for k in np.lexsort((centre, np.hypot(*apart.T)))]
 
 
+def value_candidates(boxes: np.ndarray, labels: np.ndarray, allowed: np.ndarray, value: int,
+                     max_candidates: int, usable: np.ndarray | None = None,
+                     stats: dict | None = None) -> list[int]:
+  """The candidate keys of entity `value`: the rule windows and documents share.
+
+  Entities (rows of `boxes [N, 4]` and `labels int [N]`, -1: not in the table) whose label
+  may key the value's (`allowed[key, value]`), other than the value itself and, when
+  `usable` (bool `[N]`) is given, among the usable ones; nearest first (`nearest_first`),
+  at most `max_candidates` (what is cut is counted in `stats["candidates_cut"]`).
+  """
+  labels = np.asarray(labels)
+  keys = (labels >= 0) & allowed[np.maximum(labels, 0), labels[value]]
+  if usable is not None:
+    keys &= np.asarray(usable, bool)
+  keys[value] = False
+  order = nearest_first(boxes, value, np.flatnonzero(keys).tolist())
+  if len(order) > max_candidates and stats is not None:
+    stats["candidates_cut"] = stats.get("candidates_cut", 0) + len(order) - max_candidates
+  return order[:max_candidates]
+
+
 def window_link_arrays(doc: Document, window: dict, entities: Sequence, relations,
                        allowed: np.ndarray, label_index: dict[str, int],
                        shapes: LinkShapes, boxes: np.ndarray | None = None,
@@ -199,11 +220,7 @@ def window_link_arrays(doc: Document, window: dict, entities: Sequence, relation
       if stats is not None:
         stats["values_cut"] = stats.get("values_cut", 0) + 1
       continue
-    cands = nearest_first(box, i, [j for j in range(n)
-                                   if j != i and labels[j] >= 0 and allowed[labels[j], li]])
-    if len(cands) > C and stats is not None:
-      stats["candidates_cut"] = stats.get("candidates_cut", 0) + len(cands) - C
-    cands = cands[:C]
+    cands = value_candidates(box[:n], labels, allowed, i, C, stats=stats)
     out["link_value"][slot] = i
     out["link_candidates"][slot, :len(cands)] = cands
     out["link_candidate_mask"][slot, :len(cands)] = True
@@ -244,14 +261,8 @@ def document_candidates(labels: np.ndarray, boxes: np.ndarray, allowed: np.ndarr
   values = [i for i in range(n) if ok[i] and allowed[:, labels[i]].any()]
   cands = np.zeros((len(values), C), np.int32)
   mask = np.zeros((len(values), C), bool)
-  as_key = allowed[np.maximum(labels, 0)] & ok[:, None]  # [N, num_labels]: j can key label l
   for slot, i in enumerate(values):
-    keys = as_key[:, labels[i]].copy()
-    keys[i] = False
-    order = nearest_first(boxes, i, np.flatnonzero(keys).tolist())
-    if len(order) > C and stats is not None:
-      stats["candidates_cut"] = stats.get("candidates_cut", 0) + len(order) - C
-    order = order[:C]
+    order = value_candidates(boxes, labels, allowed, i, C, ok, stats)
     cands[slot, :len(order)] = order
     mask[slot, :len(order)] = True
   return np.asarray(values, np.int32), cands, mask
