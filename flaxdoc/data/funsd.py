@@ -45,7 +45,7 @@ from typing import Collection
 from flaxdoc.data.public_datasets import LABELS, DatasetNotFoundError
 from flaxdoc.data.document import Document, DocumentError, PageImage
 from flaxdoc.data.jsonl import finite_number, load_json_file, read_box
-from flaxdoc.data.reading import check_on_error, list_ids, parse_each, select_ids
+from flaxdoc.data.reading import check_on_error, list_ids, parse_each, progress, select_ids
 from flaxdoc.data.report import LoadReport
 from flaxdoc.tags import consecutive_runs
 
@@ -120,6 +120,8 @@ def load_funsd(data_dir, split: str, *, ids: Collection[str] | None = None,
       info["stats"]["ocr_entities_lost"] += len(lost)
     return doc, info
 
+  if ocr:  # seconds a form: show the count, rate and ETA
+    ids = progress(ids, f"FUNSD {split}: OCR by {ocr}", "form")
   for doc_id, local, (doc, info) in parse_each(ids, parse, report, on_error):
     report.skipped_words += local.skipped_words
     report.skipped_entities += local.skipped_entities

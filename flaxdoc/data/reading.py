@@ -60,6 +60,18 @@ def select_ids(ids: Collection[str] | None, all_ids: list[str], missing: str,
   return sorted(set(ids))
 
 
+def progress(items: Collection, desc: str, unit: str):
+  """`items` with a progress bar (count, rate, ETA) for slow per-file work such as OCR;
+  `items` as is for fewer than two, or without tqdm."""
+  if len(items) < 2:
+    return items
+  try:
+    from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
+  except ImportError:  # pragma: no cover - tqdm comes with the declared stack
+    return items
+  return tqdm(items, desc=desc, unit=unit)
+
+
 def parse_each(ids: Iterable[str], parse: Callable[[str, LoadReport], T], report: LoadReport,
                on_error: str) -> Iterator[tuple[str, LoadReport, T]]:
   """Yields `(doc_id, local_report, parse(doc_id, local_report))` for each id that parses.

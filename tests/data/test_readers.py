@@ -347,3 +347,11 @@ def test_readers_are_fast(funsd, cord, sroie):
   # loaded 2-core machine.
   for name, seconds in _timings.items():
     assert seconds < 30, (name, seconds)
+
+
+def test_progress_bar_names_the_work_and_counts_it(capsys):
+  from flaxdoc.data.reading import progress  # pylint: disable=import-outside-toplevel
+  assert progress(["only"], "FUNSD dev: OCR by rapidocr", "form") == ["only"]  # no bar for one
+  assert list(progress(["a", "b", "c"], "FUNSD dev: OCR by rapidocr", "form")) == ["a", "b", "c"]
+  err = capsys.readouterr().err
+  assert "FUNSD dev: OCR by rapidocr" in err and "3/3" in err and "form/s" in err

@@ -39,6 +39,7 @@ from flaxdoc.data.document import Document, DocumentError, PageImage
 from flaxdoc.data.ocr import cache as cache_lib
 from flaxdoc.data.ocr import pages as pages_lib
 from flaxdoc.data.ocr.engine import DEFAULT_ENGINE, OcrWord, get_engine
+from flaxdoc.data.reading import progress as progress_bar
 from flaxdoc.data.reading import read_files
 from flaxdoc.data.report import TEXT_LAYER, LoadReport, describe_page_sources
 
@@ -224,15 +225,7 @@ def read_documents(paths: Iterable[str | os.PathLike], *, engine: str = DEFAULT_
     return read_document(p, engine=engine, dpi=dpi, doc_id=doc_id, cache_dir=cache_dir,
                          report=report, password=password)
 
-  docs = read_files(_progress(paths, progress, engine), read_one, report, on_error)
+  if progress:
+    paths = progress_bar(paths, f"reading (OCR by {engine} where needed)", "file")
+  docs = read_files(paths, read_one, report, on_error)
   return docs, report
-
-
-def _progress(paths, enabled: bool, engine: str):
-  if not enabled or len(paths) < 2:
-    return paths
-  try:
-    from tqdm.auto import tqdm  # pylint: disable=import-outside-toplevel
-  except ImportError:
-    return paths
-  return tqdm(paths, desc=f"reading (OCR by {engine} where needed)", unit="file")
