@@ -33,11 +33,20 @@ COLUMNS = ("bench", "dataset", "stage", "docs", "tokens", "windows", "seconds", 
            "tokens_per_s", "ms_per_doc", "note")
 
 
+DATASETS_HELP = ("datasets root holding funsd/, cord/, sroie/ (default $FLAXDOC_DATA_DIR, else "
+                 "$FLAXDOC_DATASETS, else ../shared/datasets next to the repository)")
+
+
 def default_datasets_dir() -> pathlib.Path:
-  """`--data_dir` default: `$FLAXDOC_DATASETS`, else `../shared/datasets` next to the repo."""
-  env = os.environ.get("FLAXDOC_DATASETS")
-  if env:
-    return pathlib.Path(env)
+  """The benches' `--data_dir` default: the folder holding `funsd/`, `cord/`, `sroie/`.
+
+  `$FLAXDOC_DATA_DIR` first (the root `load_dataset` reads, the one the README tells users
+  to set), then `$FLAXDOC_DATASETS` (the tests' and CI's name for it), then
+  `../shared/datasets` next to the repository.
+  """
+  for var in ("FLAXDOC_DATA_DIR", "FLAXDOC_DATASETS"):
+    if os.environ.get(var):
+      return pathlib.Path(os.environ[var])
   return pathlib.Path(__file__).resolve().parents[2] / ".." / "shared" / "datasets"
 
 
@@ -101,8 +110,7 @@ def main(argv=None) -> int:
                                    description=__doc__.split("\n\n")[0])
   parser.add_argument("--json", action="store_true", help="one JSON object per measurement")
   parser.add_argument("--data_dir", default=None,
-                      help="datasets root holding funsd/ (default $FLAXDOC_DATASETS or "
-                           "../shared/datasets next to the repository)")
+                      help=DATASETS_HELP)
   parser.add_argument("--tokenizer", default="default", help="a load_tokenizer spec")
   parser.add_argument("--max_len", type=int, default=512)
   parser.add_argument("--stride", type=int, default=None)

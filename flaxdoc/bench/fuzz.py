@@ -38,6 +38,7 @@ from typing import Callable
 import numpy as np
 
 from flaxdoc.bench.common import emit
+from flaxdoc.bench.data import DATASETS_HELP, default_datasets_dir
 from flaxdoc.data import tokenizers as tk
 from flaxdoc.data.document import Document, DocumentError
 from flaxdoc.data.features import FeatureConfig, batch_features, featurize
@@ -59,13 +60,6 @@ ODD_CHARS = ["\ud800", "\udc00", "\x00", "\x1b", "\x9b", "\u200b", "\ufffd", "\t
 def _odd_value(rng: np.random.Generator):
   """A fresh copy of a random odd value (the lists and dicts must not be shared between cases)."""
   return copy.deepcopy(ODD_VALUES[int(rng.integers(len(ODD_VALUES)))])
-
-
-def default_datasets_dir() -> pathlib.Path:
-  env = os.environ.get("FLAXDOC_DATASETS")
-  if env:
-    return pathlib.Path(env)
-  return pathlib.Path(__file__).resolve().parents[2] / ".." / "shared" / "datasets"
 
 
 # ------------------------------------------------------------------ mutators
@@ -390,7 +384,7 @@ def main(argv=None) -> int:
   parser.add_argument("--sources", default=",".join(SOURCES),
                       help=f"comma-separated subset of {','.join(SOURCES)}")
   parser.add_argument("--datasets", default=None,
-                      help="folder with funsd/ cord/ sroie/ (default $FLAXDOC_DATASETS or ../shared/datasets)")
+                      help=DATASETS_HELP)
   parser.add_argument("--crash-dir", default=None, help="keep each crashing input and traceback here")
   parser.add_argument("--json", action="store_true", help="one JSON object per source")
   parser.add_argument("--no-progress", action="store_true")

@@ -26,7 +26,7 @@ import time
 from typing import Iterable, Sequence
 
 from flaxdoc.bench.common import emit
-from flaxdoc.bench.data import default_datasets_dir
+from flaxdoc.bench.data import DATASETS_HELP, default_datasets_dir
 from flaxdoc.data.document import Document
 from flaxdoc.data.ocr import DEFAULT_DPI, ENGINES, OcrUnavailableError, get_engine, read_document
 from flaxdoc.data.ocr import cache as cache_lib
@@ -96,8 +96,7 @@ def main(argv=None) -> int:
                                    description=__doc__.split("\n\n")[0])
   parser.add_argument("--json", action="store_true", help="one JSON object per engine")
   parser.add_argument("--data_dir", default=None,
-                      help="datasets root holding funsd/ (default $FLAXDOC_DATASETS or "
-                           "../shared/datasets next to the repository)")
+                      help=DATASETS_HELP)
   parser.add_argument("--split", default="train", choices=("train", "test"))
   parser.add_argument("--limit", type=int, default=0, help="first N forms only (0: all)")
   parser.add_argument("--forms", default="first", choices=("first", "dev"),
@@ -110,7 +109,7 @@ def main(argv=None) -> int:
   root = pathlib.Path(args.data_dir) if args.data_dir else default_datasets_dir()
   funsd_dir = root / "funsd"
   if not funsd_dir.is_dir():
-    print(f"FUNSD not found under {root} (set --data_dir or $FLAXDOC_DATASETS)", file=sys.stderr)
+    print(f"FUNSD not found under {root} (set --data_dir or $FLAXDOC_DATA_DIR)", file=sys.stderr)
     return 1
   pairs = funsd_pairs(funsd_dir, args.split, args.limit, args.forms)
   rows = [bench_engine(e.strip(), pairs, cache_dir=args.cache_dir)

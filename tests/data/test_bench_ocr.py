@@ -48,3 +48,21 @@ def test_missing_engine_is_a_note(monkeypatch):
   monkeypatch.setattr(bench_ocr, "get_engine", unavailable)
   row = bench_ocr.bench_engine("rapidocr", [], progress=False)
   assert row["engine"] == "rapidocr" and "not installed" in row["note"]
+
+
+def test_datasets_root_follows_the_users_variable_first(monkeypatch, tmp_path, capsys):
+  """The benches read the root `load_dataset` reads ($FLAXDOC_DATA_DIR), then the tests' name."""
+  from flaxdoc.bench.data import default_datasets_dir  # pylint: disable=import-outside-toplevel
+  user, tests = tmp_path / "user", tmp_path / "tests"
+  monkeypatch.setenv("FLAXDOC_DATA_DIR", str(user))
+  monkeypatch.setenv("FLAXDOC_DATASETS", str(tests))
+  assert default_datasets_dir() == user
+  monkeypatch.delenv("FLAXDOC_DATA_DIR")
+  assert default_datasets_dir() == tests
+  monkeypatch.delenv("FLAXDOC_DATASETS")
+  assert default_datasets_dir().parts[-2:] == ("shared", "datasets")
+  # A root without funsd/ in it: the bench says so and names the variable a user sets.
+  monkeypatch.setenv("FLAXDOC_DATA_DIR", str(user))
+  assert bench_ocr.main(["--engines", "tesseract"]) == 1
+  err = capsys.readouterr().err
+  assert f"FUNSD not found under {user}" in err and "$FLAXDOC_DATA_DIR" in err

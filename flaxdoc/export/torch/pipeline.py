@@ -108,7 +108,7 @@ class DocumentPipeline:
                     tokenizer=None) -> "DocumentPipeline":
     """The pipeline of an export folder (`python -m flaxdoc.export --out FOLDER`).
 
-    `compile=True` wraps the model with `flaxdoc.export.torch.compile_layers`
+    `compile=True` wraps the model with `flaxdoc.export.torch.compiled.compile_layers`
     (`torch.compile`: a compile per new input shape, faster calls after it).
     `tokenizer`: None, the folder's own; else a `load_tokenizer` spec or a tokenizer
     (an old export whose config.json names files of the training machine).
