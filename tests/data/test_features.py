@@ -1,7 +1,6 @@
 """Featurisation: hand-checked windows, valid tags, window cover and overlap, stitch, graph."""
 
 import sys
-import time
 import types
 import zlib
 
@@ -467,27 +466,6 @@ def test_graph_with_real_module():
     assert not mask[~real].any()
     assert (w["neighbor_ids"][mask] >= 1).all() and real[w["neighbor_ids"][mask]].all()
     assert np.isfinite(w["neighbor_features"]).all()
-
-
-# --------------------------------------------------------------------------- speed
-def test_featurize_speed_on_a_form_page(tmp_path):
-  from flaxdoc.data import tokenizers as tk
-  rng = np.random.default_rng(0)
-  vocab = ["Date:", "Name", "Total", "Amount", "Invoice", "No.", "12/03/2021", "$1,234.56",
-           "Signature", "Approved", "by:", "Company", "Address", "Phone", "Fax", "R&D", "TO:"]
-  corpus = [" ".join(rng.choice(vocab, 12)) for _ in range(300)]
-  tok = tk.SentencePieceTokenizer(tk.train_sentencepiece(corpus, tmp_path / "sp", vocab_size=400))
-  doc = random_doc(rng, 150)
-  words = [vocab[i % len(vocab)] + ("" if i % 3 else "x") for i in range(150)]
-  doc = doc.replace(id="page", words=words)
-  cfg = FeatureConfig(max_len=512, labels=("a", "b", "c"))
-  featurize(doc, tok, cfg)
-  times = []
-  for _ in range(15):
-    t0 = time.perf_counter()
-    featurize(doc, tok, cfg)
-    times.append(time.perf_counter() - t0)
-  assert np.median(times) < 0.020, f"median {np.median(times) * 1e3:.1f} ms for 150 words"
 
 
 def test_bench_data_smoke(tmp_path, capsys):
