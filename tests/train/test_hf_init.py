@@ -433,11 +433,15 @@ def test_main_lagabi_on_minilm_end_to_end(tmp_path):
 @needs_minilm
 @needs_funsd
 def test_main_formnet_lifted_longer_run_learns(tmp_path):
+  # One step's loss (two 64-token windows of eight forms) moves by +-0.3 from step to step,
+  # so the first and the last ten steps are compared, not the first and the last step
+  # alone (a comparison that failed once). A run of this command fell from 2.75 to 2.40.
   proc = _main(tmp_path, "configs/formnet_a2.py:dataset=funsd", "--config.model.gcn_layers=1",
                "--config.data.max_train_docs=8", "--config.optim.lr=1e-3", steps=30)
   losses = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
   train = [r["train/loss"] for r in losses if "train/loss" in r]
-  assert train[-1] < train[0], proc.stderr[-2000:]
+  assert len(train) == 30
+  assert np.mean(train[-10:]) < np.mean(train[:10]), (train, proc.stderr[-2000:])
 
 
 @pytest.mark.parametrize("config_file,arg,new_part", [
